@@ -1,0 +1,124 @@
+//! The `.frec` recording format: types, a streaming [`Writer`] and a
+//! streaming [`Reader`].
+//!
+//! This crate owns the bytes on disk and nothing else: no Linux calls, no
+//! symbolization, no unsafe code.
+//!
+//! # Layout
+//!
+//! ```text
+//! file   := header chunk*
+//! header := "FLAMEREC" major:u16le minor:u16le reserved:u32le        (16 bytes)
+//! chunk  := "FRCK" clen:u32le ulen:u32le crc:u32le payload[clen]
+//!           crc = CRC-32 of (clen, ulen, payload); payload = one zstd frame
+//!           that decompresses to ulen bytes of records
+//! record := tag:u8 fields...      (integers are LEB128 varints, signed ones zigzag;
+//!                                  bytes are varint length + data)
+//! ```
+//!
+//! | tag | record | fields |
+//! |---|---|---|
+//! | 1 | metadata | JSON [`Metadata`]; the whole first chunk |
+//! | 2 | string | bytes; ids count up from 0 |
+//! | 3 | module | kind:u8, path string id, build id bytes; ids count up from 0 |
+//! | 4 | frame | module id, address; ids count up from 0 |
+//! | 5 | stack node | distance back to parent (node id − parent id), frame id; ids count up from 1, 0 is the empty stack |
+//! | 6 | kernel symbol | start, size, name string id, module string id |
+//! | 7 | comm | time, pid, tid, name string id, exec:u8 |
+//! | 8 | fork | time, pid, ppid, tid, ptid |
+//! | 9 | exit | time, pid, tid |
+//! | 10 | mapping | time, pid, start, length, file offset, module id |
+//! | 11 | samples | n, first time in µs, then five columns of n values: time delta µs (signed), pid, tid − pid (signed), stack node id, weight |
+//! | 12 | lost | time, count |
+//! | 13 | totals | JSON [`Totals`]; last record of the file |
+//!
+//! Times are nanoseconds since the recording started (samples: microseconds).
+//! Stacks are a prefix tree, root first: a sample names only its leaf node.
+//! Every definition (string, module, frame, node, kernel symbol) comes before
+//! its first use, in the same chunk or an earlier one, so any prefix of whole
+//! chunks is self-contained. The writer cuts a chunk at least every second
+//! (the recorder's call) and whenever 1 MiB is buffered. A file without the
+//! totals record is truncated; the reader still yields every complete chunk
+//! and reports a [`Damage`].
+#![forbid(unsafe_code)]
+
+mod codec;
+mod error;
+mod layout;
+mod reader;
+mod summary;
+mod types;
+mod writer;
+
+pub use error::FormatError;
+pub use layout::{MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR, VERSION_MINOR};
+pub use reader::{Damage, Reader, Tables};
+pub use summary::Summary;
+pub use types::{
+    Event, Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleId, ModuleKind, Sample,
+    StackId, StringId, Totals,
+};
+pub use writer::Writer;
+
+use std::io::Read;
+
+/// A whole recording in memory: for tests, `info` and small tools. Folding
+/// streams with [`Reader`] instead.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// Metadata from the first chunk.
+    pub metadata: Metadata,
+    /// Interned tables.
+    pub tables: Tables,
+    /// Every sample, in stream order.
+    pub samples: Vec<Sample>,
+    /// Every other event, in stream order (metadata and totals included).
+    pub events: Vec<Event>,
+    /// The trailer, when the file is complete.
+    pub totals: Option<Totals>,
+    /// Why reading stopped early, if it did.
+    pub damage: Option<Damage>,
+    /// Bytes of complete chunks read.
+    pub bytes: u64,
+}
+
+impl Recording {
+    /// Reads a whole recording.
+    pub fn read<R: Read>(input: R) -> Result<Self, FormatError> {
+        let mut reader = Reader::new(input)?;
+        let mut samples = Vec::new();
+        let mut events = Vec::new();
+        while let Some(chunk) = reader.next_events()? {
+            for e in chunk {
+                match e {
+                    Event::Samples(s) => samples.extend(s),
+                    other => events.push(other),
+                }
+            }
+        }
+        Ok(Recording {
+            metadata: reader.metadata().clone(),
+            tables: reader.tables().clone(),
+            samples,
+            events,
+            totals: reader.totals().cloned(),
+            damage: reader.damage().cloned(),
+            bytes: reader.offset(),
+        })
+    }
+
+    /// Samples lost, from the trailer or, in a truncated file, the lost records.
+    pub fn lost_samples(&self) -> u64 {
+        match &self.totals {
+            Some(t) => t.lost_samples,
+            None => self
+                .events
+                .iter()
+                .map(|e| match e {
+                    Event::Lost { count, .. } => *count,
+                    _ => 0,
+                })
+                .sum(),
+        }
+    }
+}

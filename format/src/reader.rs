@@ -1,0 +1,504 @@
+//! Streaming reader. It trusts nothing in the file: every length and count is
+//! checked against what is left, every id against the tables read so far, and
+//! a chunk is applied only once all of it decoded, so a damaged file yields
+//! exactly its complete prefix.
+
+use std::fmt;
+use std::io::{self, Read};
+
+use crate::codec::{Cursor, DecodeFail};
+use crate::error::FormatError;
+use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR};
+use crate::types::{
+    Event, Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleKind, Sample, StackId,
+    Totals,
+};
+
+/// Why reading stopped before the trailer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Damage {
+    /// The input ends inside a chunk or before the trailer (recorder killed).
+    Truncated {
+        /// Byte offset where the last complete chunk ends.
+        offset: u64,
+    },
+    /// A chunk failed its checksum or could not be decoded.
+    Corrupt {
+        /// Byte offset of the bad chunk.
+        offset: u64,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Damage::Truncated { offset } => write!(
+                f,
+                "recording is truncated (recorder stopped before finishing it); using the complete data up to byte {offset}"
+            ),
+            Damage::Corrupt { offset, reason } => write!(
+                f,
+                "recording is damaged at byte {offset} ({reason}); using the complete data before it"
+            ),
+        }
+    }
+}
+
+/// The interned tables of a recording, as far as it has been read.
+#[derive(Debug, Clone, Default)]
+pub struct Tables {
+    /// Interned strings.
+    pub strings: Vec<String>,
+    /// Modules, indexed by [`crate::ModuleId`].
+    pub modules: Vec<Module>,
+    /// Frames, indexed by [`FrameId`].
+    pub frames: Vec<Frame>,
+    /// Kernel symbols the kernel frames need, in file order.
+    pub kernel_symbols: Vec<KernelSymbol>,
+    /// Stack nodes: (parent, frame); index 0 is the empty root.
+    nodes: Vec<(StackId, FrameId)>,
+}
+
+impl Tables {
+    fn new() -> Self {
+        Tables {
+            nodes: vec![(0, 0)],
+            ..Default::default()
+        }
+    }
+
+    /// Number of stack nodes, the root included.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Parent node and frame of a stack node; `None` for the root or an unknown id.
+    pub fn node(&self, id: StackId) -> Option<(StackId, FrameId)> {
+        if id == 0 {
+            return None;
+        }
+        self.nodes.get(id as usize).copied()
+    }
+
+    /// Frames of a stack, leaf first.
+    pub fn stack_frames(&self, id: StackId) -> impl Iterator<Item = &Frame> + '_ {
+        let mut cur = id;
+        std::iter::from_fn(move || {
+            let (parent, frame) = self.node(cur)?;
+            cur = parent;
+            self.frames.get(frame as usize)
+        })
+    }
+}
+
+/// One decoded but not yet applied item of a chunk.
+enum Item {
+    Str(String),
+    Module(ModuleKind, u32, Vec<u8>),
+    Frame(Frame),
+    Node(StackId, FrameId),
+    Ksym(u64, u64, u32, u32),
+    Meta(Metadata),
+    Comm(u64, u32, u32, u32, bool),
+    Event(Event),
+}
+
+/// Reads a `.frec` stream chunk by chunk.
+pub struct Reader<R: Read> {
+    input: R,
+    offset: u64,
+    tables: Tables,
+    meta: Metadata,
+    totals: Option<Totals>,
+    damage: Option<Damage>,
+    first: Option<Vec<Event>>,
+    done: bool,
+}
+
+impl<R: Read> Reader<R> {
+    /// Reads the header and the metadata chunk.
+    pub fn new(mut input: R) -> Result<Self, FormatError> {
+        let mut header = [0u8; 16];
+        let n = read_full(&mut input, &mut header)?;
+        if n == 0 {
+            return Err(FormatError::Empty);
+        }
+        if n < MAGIC.len() || header[..8] != MAGIC {
+            return Err(FormatError::NotFrec);
+        }
+        if n < header.len() {
+            return Err(FormatError::NoData("the header is cut short".into()));
+        }
+        let major = u16::from_le_bytes([header[8], header[9]]);
+        let minor = u16::from_le_bytes([header[10], header[11]]);
+        if major != VERSION_MAJOR {
+            return Err(FormatError::UnsupportedVersion {
+                major,
+                minor,
+                supported: VERSION_MAJOR,
+            });
+        }
+        let mut r = Reader {
+            input,
+            offset: header.len() as u64,
+            tables: Tables::new(),
+            meta: Metadata::default(),
+            totals: None,
+            damage: None,
+            first: None,
+            done: false,
+        };
+        let mut seen_meta = false;
+        match r.read_chunk(&mut seen_meta)? {
+            Some(events) if seen_meta => r.first = Some(events),
+            _ => {
+                let why = match &r.damage {
+                    Some(d) => d.to_string(),
+                    None => "no metadata chunk".to_string(),
+                };
+                return Err(FormatError::NoData(why));
+            }
+        }
+        Ok(r)
+    }
+
+    /// The recording's metadata.
+    pub fn metadata(&self) -> &Metadata {
+        &self.meta
+    }
+
+    /// The tables read so far; they cover every id in events returned so far.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    /// The trailer, once read.
+    pub fn totals(&self) -> Option<&Totals> {
+        self.totals.as_ref()
+    }
+
+    /// Why reading stopped early, once known.
+    pub fn damage(&self) -> Option<&Damage> {
+        self.damage.as_ref()
+    }
+
+    /// Bytes consumed: the end of the last complete chunk.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The events of the next complete chunk, or `None` at the end (clean
+    /// or damaged: see [`Reader::damage`]). Only I/O failures are errors.
+    pub fn next_events(&mut self) -> Result<Option<Vec<Event>>, FormatError> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
+        let mut seen_meta = false;
+        self.read_chunk(&mut seen_meta)
+    }
+
+    fn read_chunk(&mut self, seen_meta: &mut bool) -> Result<Option<Vec<Event>>, FormatError> {
+        if self.done {
+            return Ok(None);
+        }
+        let start = self.offset;
+        let mut header = [0u8; 16];
+        let n = read_full(&mut self.input, &mut header)?;
+        if n == 0 {
+            self.done = true;
+            if self.totals.is_none() {
+                self.damage = Some(Damage::Truncated { offset: start });
+            }
+            return Ok(None);
+        }
+        if n < header.len() {
+            return self.stop(Damage::Truncated { offset: start });
+        }
+        if header[0..4] != CHUNK_MAGIC {
+            return self.corrupt(start, "no chunk header");
+        }
+        let clen = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        let ulen = u32::from_le_bytes([header[8], header[9], header[10], header[11]]) as usize;
+        let crc = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+        if clen > MAX_CHUNK_BYTES || ulen > MAX_CHUNK_BYTES {
+            return self.corrupt(start, "chunk length out of range");
+        }
+        // Reading through `take` grows the buffer only as data arrives, so a
+        // corrupt length cannot allocate more than the input holds.
+        let mut payload = Vec::new();
+        (&mut self.input)
+            .take(clen as u64)
+            .read_to_end(&mut payload)?;
+        if payload.len() < clen {
+            return self.stop(Damage::Truncated { offset: start });
+        }
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&header[4..12]);
+        hasher.update(&payload);
+        if hasher.finalize() != crc {
+            return self.corrupt(start, "checksum mismatch");
+        }
+        let mut data = Vec::new();
+        let decoded = zstd::stream::read::Decoder::new(&payload[..])
+            .and_then(|d| d.take(ulen as u64 + 1).read_to_end(&mut data));
+        if decoded.is_err() || data.len() != ulen {
+            return self.corrupt(start, "chunk does not decompress to its stated length");
+        }
+        let items = match self.decode(&data) {
+            Ok(items) => items,
+            Err(DecodeFail(what)) => {
+                return self.corrupt(start, &format!("bad record while reading {what}"));
+            }
+        };
+        self.offset = start + 16 + clen as u64;
+        Ok(Some(self.apply(items, seen_meta)))
+    }
+
+    fn stop(&mut self, d: Damage) -> Result<Option<Vec<Event>>, FormatError> {
+        self.done = true;
+        self.damage = Some(d);
+        Ok(None)
+    }
+
+    fn corrupt(&mut self, offset: u64, reason: &str) -> Result<Option<Vec<Event>>, FormatError> {
+        self.stop(Damage::Corrupt {
+            offset,
+            reason: reason.to_string(),
+        })
+    }
+
+    fn decode(&self, data: &[u8]) -> Result<Vec<Item>, DecodeFail> {
+        let mut c = Cursor::new(data);
+        let mut items = Vec::new();
+        let mut strings = self.tables.strings.len() as u64;
+        let mut modules = self.tables.modules.len() as u64;
+        let mut frames = self.tables.frames.len() as u64;
+        let mut nodes = self.tables.nodes.len() as u64;
+        let check = |v: u64, limit: u64, what: &'static str| {
+            if v < limit {
+                u32::try_from(v).map_err(|_| DecodeFail(what))
+            } else {
+                Err(DecodeFail(what))
+            }
+        };
+        let mut seen_totals = false;
+        while !c.is_empty() {
+            if seen_totals {
+                return Err(DecodeFail("data after the trailer"));
+            }
+            let t = c.u8("record tag")?;
+            let item = match t {
+                tag::META => {
+                    let json = c.bytes("metadata")?;
+                    Item::Meta(serde_json::from_slice(json).map_err(|_| DecodeFail("metadata"))?)
+                }
+                tag::STRING => {
+                    let b = c.bytes("string")?;
+                    strings += 1;
+                    Item::Str(String::from_utf8_lossy(b).into_owned())
+                }
+                tag::MODULE => {
+                    let kind = ModuleKind::from_code(c.u8("module kind")?)
+                        .ok_or(DecodeFail("module kind"))?;
+                    let path = check(c.u64("module path")?, strings, "module path")?;
+                    let build_id = c.bytes("build id")?.to_vec();
+                    modules += 1;
+                    Item::Module(kind, path, build_id)
+                }
+                tag::FRAME => {
+                    let module = check(c.u64("frame module")?, modules, "frame module")?;
+                    let address = c.u64("frame address")?;
+                    frames += 1;
+                    Item::Frame(Frame { module, address })
+                }
+                tag::NODE => {
+                    let back = c.u64("stack node parent")?;
+                    if back == 0 || back > nodes {
+                        return Err(DecodeFail("stack node parent"));
+                    }
+                    let parent = (nodes - back) as StackId;
+                    let frame = check(c.u64("stack node frame")?, frames, "stack node frame")?;
+                    nodes += 1;
+                    if nodes > u64::from(u32::MAX) {
+                        return Err(DecodeFail("stack node count"));
+                    }
+                    Item::Node(parent, frame)
+                }
+                tag::KSYM => {
+                    let start = c.u64("kernel symbol")?;
+                    let size = c.u64("kernel symbol")?;
+                    let name = check(c.u64("kernel symbol")?, strings, "kernel symbol")?;
+                    let module = check(c.u64("kernel symbol")?, strings, "kernel symbol")?;
+                    Item::Ksym(start, size, name, module)
+                }
+                tag::COMM => {
+                    let time = c.u64("comm")?;
+                    let pid = c.u32("comm")?;
+                    let tid = c.u32("comm")?;
+                    let name = check(c.u64("comm")?, strings, "comm")?;
+                    let exec = c.u8("comm")? != 0;
+                    Item::Comm(time, pid, tid, name, exec)
+                }
+                tag::FORK => {
+                    let time_ns = c.u64("fork")?;
+                    Item::Event(Event::Fork {
+                        time_ns,
+                        pid: c.u32("fork")?,
+                        ppid: c.u32("fork")?,
+                        tid: c.u32("fork")?,
+                        ptid: c.u32("fork")?,
+                    })
+                }
+                tag::EXIT => {
+                    let time_ns = c.u64("exit")?;
+                    Item::Event(Event::Exit {
+                        time_ns,
+                        pid: c.u32("exit")?,
+                        tid: c.u32("exit")?,
+                    })
+                }
+                tag::MAPPING => {
+                    let time_ns = c.u64("mapping")?;
+                    let pid = c.u32("mapping")?;
+                    let start = c.u64("mapping")?;
+                    let len = c.u64("mapping")?;
+                    let pgoff = c.u64("mapping")?;
+                    let module = check(c.u64("mapping")?, modules, "mapping module")?;
+                    Item::Event(Event::Mapping(Mapping {
+                        time_ns,
+                        pid,
+                        start,
+                        end: start.saturating_add(len),
+                        pgoff,
+                        module,
+                    }))
+                }
+                tag::SAMPLES => Item::Event(Event::Samples(decode_samples(&mut c, nodes)?)),
+                tag::LOST => {
+                    let time_ns = c.u64("lost")?;
+                    Item::Event(Event::Lost {
+                        time_ns,
+                        count: c.u64("lost")?,
+                    })
+                }
+                tag::TOTALS => {
+                    let json = c.bytes("totals")?;
+                    seen_totals = true;
+                    Item::Event(Event::Totals(
+                        serde_json::from_slice(json).map_err(|_| DecodeFail("totals"))?,
+                    ))
+                }
+                _ => return Err(DecodeFail("record tag")),
+            };
+            items.push(item);
+        }
+        Ok(items)
+    }
+
+    fn apply(&mut self, items: Vec<Item>, seen_meta: &mut bool) -> Vec<Event> {
+        let mut events = Vec::new();
+        // Ids were validated in `decode`, so these lookups always succeed.
+        let s = |t: &Tables, id: u32| -> String {
+            t.strings.get(id as usize).cloned().unwrap_or_default()
+        };
+        for item in items {
+            match item {
+                Item::Str(v) => self.tables.strings.push(v),
+                Item::Module(kind, path, build_id) => {
+                    let path = s(&self.tables, path);
+                    self.tables.modules.push(Module {
+                        kind,
+                        path,
+                        build_id,
+                    });
+                }
+                Item::Frame(f) => self.tables.frames.push(f),
+                Item::Node(p, f) => self.tables.nodes.push((p, f)),
+                Item::Ksym(start, size, name, module) => {
+                    let k = KernelSymbol {
+                        start,
+                        size,
+                        name: s(&self.tables, name),
+                        module: s(&self.tables, module),
+                    };
+                    self.tables.kernel_symbols.push(k);
+                }
+                Item::Meta(m) => {
+                    *seen_meta = true;
+                    self.meta = m.clone();
+                    events.push(Event::Metadata(m));
+                }
+                Item::Comm(time_ns, pid, tid, name, exec) => events.push(Event::Comm {
+                    time_ns,
+                    pid,
+                    tid,
+                    name: s(&self.tables, name),
+                    exec,
+                }),
+                Item::Event(e) => {
+                    if let Event::Totals(t) = &e {
+                        self.totals = Some(t.clone());
+                        self.done = true;
+                    }
+                    events.push(e);
+                }
+            }
+        }
+        events
+    }
+}
+
+fn decode_samples(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeFail> {
+    // Five columns of at least one byte each.
+    let n = c.count(5, "sample count")?;
+    let mut time_us = c.u64("sample time")?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let d = c.i64("sample time")?;
+        time_us = time_us
+            .checked_add_signed(d)
+            .ok_or(DecodeFail("sample time"))?;
+        out.push(Sample {
+            time_ns: time_us.saturating_mul(1000),
+            pid: 0,
+            tid: 0,
+            stack: 0,
+            weight: 0,
+        });
+    }
+    for s in out.iter_mut() {
+        s.pid = c.u32("sample pid")?;
+    }
+    for s in out.iter_mut() {
+        let d = c.i64("sample tid")?;
+        s.tid = u32::try_from(i64::from(s.pid) + d).map_err(|_| DecodeFail("sample tid"))?;
+    }
+    for s in out.iter_mut() {
+        let id = c.u64("sample stack")?;
+        if id >= nodes {
+            return Err(DecodeFail("sample stack"));
+        }
+        s.stack = id as StackId;
+    }
+    for s in out.iter_mut() {
+        s.weight = c.u64("sample weight")?;
+    }
+    Ok(out)
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

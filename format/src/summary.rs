@@ -1,0 +1,88 @@
+//! What a recording holds, in one streaming pass: the figures behind
+//! `flamerec info`.
+
+use std::collections::HashSet;
+use std::io::Read;
+
+use crate::{Damage, Event, FormatError, Metadata, Reader};
+
+/// Figures of one recording.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Metadata.
+    pub metadata: Metadata,
+    /// Whether the trailer was read and nothing is damaged.
+    pub complete: bool,
+    /// Why not, when not.
+    pub damage: Option<Damage>,
+    /// Samples read.
+    pub samples: u64,
+    /// Sum of sample weights.
+    pub weight: u64,
+    /// Samples lost while recording.
+    pub lost_samples: u64,
+    /// Length of the recording in seconds.
+    pub duration_s: f64,
+    /// Distinct processes.
+    pub processes: u64,
+    /// Distinct threads.
+    pub threads: u64,
+    /// Stacks known to be cut short.
+    pub truncated_stacks: u64,
+    /// Bytes of complete chunks.
+    pub bytes: u64,
+}
+
+impl Summary {
+    /// Reads a whole recording, keeping only counts.
+    pub fn read<R: Read>(input: R) -> Result<Self, FormatError> {
+        let mut reader = Reader::new(input)?;
+        let (mut samples, mut weight, mut lost, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
+        let mut pids = HashSet::new();
+        let mut tids = HashSet::new();
+        while let Some(events) = reader.next_events()? {
+            for e in events {
+                match e {
+                    Event::Samples(s) => {
+                        for s in s {
+                            samples += 1;
+                            weight = weight.saturating_add(s.weight);
+                            last_ns = last_ns.max(s.time_ns);
+                            pids.insert(s.pid);
+                            tids.insert(s.tid);
+                        }
+                    }
+                    Event::Comm { pid, tid, .. } | Event::Fork { pid, tid, .. } => {
+                        pids.insert(pid);
+                        tids.insert(tid);
+                    }
+                    Event::Lost { count, .. } => lost = lost.saturating_add(count),
+                    _ => {}
+                }
+            }
+        }
+        let damage = reader.damage().cloned();
+        let totals = reader.totals().cloned();
+        let mut s = Summary {
+            metadata: reader.metadata().clone(),
+            complete: totals.is_some() && damage.is_none(),
+            damage,
+            samples,
+            weight,
+            lost_samples: lost,
+            duration_s: last_ns as f64 / 1e9,
+            processes: pids.len() as u64,
+            threads: tids.len() as u64,
+            truncated_stacks: 0,
+            bytes: reader.offset(),
+        };
+        if let Some(t) = totals {
+            s.lost_samples = t.lost_samples;
+            s.duration_s = t.duration_ns as f64 / 1e9;
+            s.processes = t.processes.max(s.processes);
+            s.threads = t.threads.max(s.threads);
+            s.truncated_stacks = t.truncated_stacks;
+        }
+        Ok(s)
+    }
+}

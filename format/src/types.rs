@@ -1,0 +1,217 @@
+//! The values a recording holds, as writer and reader see them.
+
+use serde::{Deserialize, Serialize};
+
+/// Index into the recording's string table.
+pub type StringId = u32;
+/// Index into the module table.
+pub type ModuleId = u32;
+/// Index into the frame table.
+pub type FrameId = u32;
+/// A node of the stack prefix tree; `0` is the empty stack (the root).
+pub type StackId = u32;
+
+/// What the recording is of, written once at the start.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// The profiled command line, empty for `--pid` and `--all-cpus`.
+    pub command: Vec<String>,
+    /// What was recorded: `command`, `pid` or `system`.
+    pub target: String,
+    /// Host name of the recording machine.
+    pub host: String,
+    /// `uname -r` of the recording machine.
+    pub kernel_release: String,
+    /// Wall-clock start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Event name as given to `record -e`.
+    pub event: String,
+    /// Requested samples per second per CPU (0 for tracepoint events).
+    pub frequency_hz: u64,
+    /// `fp` or `dwarf`.
+    pub call_graph: String,
+    /// What one unit of sample weight means: `samples` or `ns`.
+    pub weight_unit: String,
+    /// Version of the flamerec that wrote the file.
+    pub flamerec_version: String,
+}
+
+/// Totals written in the trailer; their presence marks a complete file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Samples written.
+    pub samples: u64,
+    /// Sum of sample weights.
+    pub weight: u64,
+    /// Samples the kernel dropped (ring buffer overruns).
+    pub lost_samples: u64,
+    /// Recording length in nanoseconds.
+    pub duration_ns: u64,
+    /// Distinct processes seen.
+    pub processes: u64,
+    /// Distinct threads seen.
+    pub threads: u64,
+    /// Stacks known to be cut short (unwinding stopped before the entry point).
+    #[serde(default)]
+    pub truncated_stacks: u64,
+}
+
+/// What kind of code a module holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ModuleKind {
+    /// A mapped ELF file; frame addresses are file offsets.
+    File,
+    /// The kernel image; frame addresses are absolute.
+    Kernel,
+    /// The vDSO; frame addresses are offsets from its start.
+    Vdso,
+    /// Memory that is not backed by a file (JIT code, anonymous); absolute addresses.
+    Anonymous,
+}
+
+impl ModuleKind {
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            ModuleKind::File => 0,
+            ModuleKind::Kernel => 1,
+            ModuleKind::Vdso => 2,
+            ModuleKind::Anonymous => 3,
+        }
+    }
+
+    pub(crate) fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            0 => ModuleKind::File,
+            1 => ModuleKind::Kernel,
+            2 => ModuleKind::Vdso,
+            3 => ModuleKind::Anonymous,
+            _ => return None,
+        })
+    }
+}
+
+/// A binary (or pseudo-binary) code was sampled in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Module {
+    /// Kind of code.
+    pub kind: ModuleKind,
+    /// Path as mapped (`[kernel.kallsyms]`, `[vdso]`, `[anon]` for pseudo modules).
+    pub path: String,
+    /// GNU build id, empty when unknown.
+    pub build_id: Vec<u8>,
+}
+
+/// One frame: a code address inside a module.
+///
+/// Addresses of caller frames are already moved back into the call
+/// instruction (return address − 1), so every address can be looked up as is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Module the address belongs to.
+    pub module: ModuleId,
+    /// File offset for [`ModuleKind::File`], offset from the start for
+    /// [`ModuleKind::Vdso`], absolute otherwise.
+    pub address: u64,
+}
+
+/// A kernel symbol that recorded kernel addresses fall into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSymbol {
+    /// Start address.
+    pub start: u64,
+    /// Length in bytes (up to the next symbol).
+    pub size: u64,
+    /// Symbol name.
+    pub name: String,
+    /// Kernel module name, empty for the kernel image.
+    pub module: String,
+}
+
+/// One sample: when, who, which stack, how much it counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Nanoseconds since the recording started (stored with 1 µs resolution).
+    pub time_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Leaf node of the stack prefix tree.
+    pub stack: StackId,
+    /// How much the sample counts, in [`Metadata::weight_unit`].
+    pub weight: u64,
+}
+
+/// A memory mapping of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// Nanoseconds since the recording started (0 for mappings found at start).
+    pub time_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// The mapped module.
+    pub module: ModuleId,
+}
+
+/// Everything in a recording other than the interned tables, in stream order.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// The recording's metadata (first in every file).
+    Metadata(Metadata),
+    /// A thread got a name (at start, on `exec`, or by `prctl`).
+    Comm {
+        /// ns since start.
+        time_ns: u64,
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// The name.
+        name: String,
+        /// The name came from an `exec`.
+        exec: bool,
+    },
+    /// A process or thread was created.
+    Fork {
+        /// ns since start.
+        time_ns: u64,
+        /// New process id.
+        pid: u32,
+        /// Parent process id.
+        ppid: u32,
+        /// New thread id.
+        tid: u32,
+        /// Parent thread id.
+        ptid: u32,
+    },
+    /// A thread exited.
+    Exit {
+        /// ns since start.
+        time_ns: u64,
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+    },
+    /// A new mapping.
+    Mapping(Mapping),
+    /// A run of samples, in time order.
+    Samples(Vec<Sample>),
+    /// The kernel dropped samples.
+    Lost {
+        /// ns since start.
+        time_ns: u64,
+        /// How many.
+        count: u64,
+    },
+    /// Trailer: the file is complete.
+    Totals(Totals),
+}

@@ -1,0 +1,201 @@
+//! The kernel's symbol table from /proc/kallsyms: resolves recorded kernel
+//! addresses to the symbols written into the recording, and turns the trim
+//! set (profiler-frame names) into address ranges once, at start.
+
+use std::io;
+
+use flamerec_format::KernelSymbol;
+
+/// Largest size assumed for one kernel function.
+const MAX_SYMBOL_SIZE: u64 = 64 << 10;
+
+/// Kernel text symbols sorted by address.
+#[derive(Debug, Default)]
+pub struct Kallsyms {
+    starts: Vec<u64>,
+    names: Vec<(u32, u32)>,
+    modules: Vec<u32>,
+    text: String,
+    module_names: Vec<String>,
+}
+
+impl Kallsyms {
+    /// Reads /proc/kallsyms. An unreadable or address-less table (kptr_restrict)
+    /// gives an empty one: kernel frames then fold as addresses.
+    pub fn load() -> io::Result<Self> {
+        let data = std::fs::read_to_string("/proc/kallsyms")?;
+        Ok(Self::parse(&data))
+    }
+
+    /// Parses the text of /proc/kallsyms.
+    pub fn parse(data: &str) -> Self {
+        let mut entries: Vec<(u64, &str, &str)> = Vec::new();
+        for line in data.lines() {
+            let mut it = line.split_ascii_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            if !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if addr == 0 {
+                continue;
+            }
+            let module = it
+                .next()
+                .map(|m| m.trim_start_matches('[').trim_end_matches(']'))
+                .unwrap_or("");
+            entries.push((addr, name, module));
+        }
+        entries.sort_by_key(|e| e.0);
+        let mut k = Kallsyms {
+            module_names: vec![String::new()],
+            ..Default::default()
+        };
+        k.text.reserve(entries.iter().map(|e| e.1.len()).sum());
+        for (addr, name, module) in entries {
+            let off = k.text.len() as u32;
+            k.text.push_str(name);
+            k.starts.push(addr);
+            k.names.push((off, name.len() as u32));
+            let m = if module.is_empty() {
+                0
+            } else {
+                match k.module_names.iter().position(|n| n == module) {
+                    Some(i) => i as u32,
+                    None => {
+                        k.module_names.push(module.to_string());
+                        (k.module_names.len() - 1) as u32
+                    }
+                }
+            };
+            k.modules.push(m);
+        }
+        k
+    }
+
+    /// Whether any symbol is known.
+    pub fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    fn name(&self, i: usize) -> &str {
+        let (off, len) = self.names[i];
+        &self.text[off as usize..(off + len) as usize]
+    }
+
+    /// Index of the symbol containing `addr`.
+    pub fn lookup(&self, addr: u64) -> Option<usize> {
+        let i = self.starts.partition_point(|&s| s <= addr).checked_sub(1)?;
+        Some(i)
+    }
+
+    /// The symbol at index `i`, sized up to the next symbol.
+    pub fn symbol(&self, i: usize) -> KernelSymbol {
+        let start = self.starts[i];
+        // Several names may share one address; the size runs to the next distinct one.
+        let next = self.starts[i..]
+            .iter()
+            .find(|&&s| s > start)
+            .copied()
+            .unwrap_or(start + 4096);
+        KernelSymbol {
+            start,
+            // The last symbol before a gap (end of text, module area) would
+            // otherwise swallow the gap.
+            size: (next - start).min(MAX_SYMBOL_SIZE),
+            name: self.name(i).to_string(),
+            module: self.module_names[self.modules[i] as usize].clone(),
+        }
+    }
+
+    /// Address ranges of every symbol `wanted` accepts, sorted and merged.
+    pub fn ranges(&self, wanted: impl Fn(&str) -> bool) -> AddressRanges {
+        let mut r = Vec::new();
+        for i in 0..self.starts.len() {
+            if wanted(self.name(i)) {
+                let s = self.symbol(i);
+                r.push((s.start, s.start + s.size));
+            }
+        }
+        r.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(r.len());
+        for (s, e) in r {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        AddressRanges(merged)
+    }
+}
+
+/// Sorted, disjoint address ranges.
+#[derive(Debug, Default, Clone)]
+pub struct AddressRanges(Vec<(u64, u64)>);
+
+impl AddressRanges {
+    /// Whether `addr` falls in one of the ranges.
+    pub fn contains(&self, addr: u64) -> bool {
+        let i = self.0.partition_point(|r| r.0 <= addr);
+        i > 0 && addr < self.0[i - 1].1
+    }
+}
+
+/// Kernel functions that belong to taking a sample, not to the workload:
+/// the perf core, hrtimer-driven software events and the timer interrupt entry.
+pub fn is_sampling_path(name: &str) -> bool {
+    name.starts_with("perf_")
+        || name.starts_with("__perf_")
+        || name.starts_with("___perf_")
+        || name.starts_with("hrtimer_")
+        || name.starts_with("__hrtimer_")
+        || name.starts_with("__run_hrtimer")
+        || name.starts_with("__sysvec_apic_timer_interrupt")
+        || name.starts_with("sysvec_apic_timer_interrupt")
+        || name.starts_with("asm_sysvec_apic_timer_interrupt")
+        || name == "perf_swevent_hrtimer"
+        || name == "task_clock_event_read"
+        || name == "cpu_clock_event_read"
+}
+
+/// The scheduler's own frames, trimmed from off-CPU samples.
+pub fn is_scheduler(name: &str) -> bool {
+    matches!(name, "__schedule" | "schedule" | "__traceiter_sched_switch")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = "ffffffff81000000 T _stext\n\
+ffffffff81000100 T vfs_read\n\
+ffffffff81000200 t perf_swevent_hrtimer\n\
+ffffffff81000300 T __hrtimer_run_queues\n\
+ffffffff81000400 d some_data\n\
+ffffffffc0000000 t xfs_read\t[xfs]\n";
+
+    #[test]
+    fn lookup_and_sizes() {
+        let k = Kallsyms::parse(TABLE);
+        let i = k.lookup(0xffffffff81000150).unwrap();
+        let s = k.symbol(i);
+        assert_eq!((s.name.as_str(), s.start, s.size), ("vfs_read", 0xffffffff81000100, 0x100));
+        let m = k.symbol(k.lookup(0xffffffffc0000010).unwrap());
+        assert_eq!((m.name.as_str(), m.module.as_str()), ("xfs_read", "xfs"));
+        assert!(k.lookup(0x1000).is_none());
+    }
+
+    #[test]
+    fn trim_ranges_cover_the_sampling_path_only() {
+        let k = Kallsyms::parse(TABLE);
+        let r = k.ranges(is_sampling_path);
+        assert!(r.contains(0xffffffff81000250));
+        assert!(r.contains(0xffffffff81000350));
+        assert!(!r.contains(0xffffffff81000150));
+        assert!(!r.contains(0xffffffff81000400 + 0x10000));
+    }
+}

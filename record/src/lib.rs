@@ -1,0 +1,237 @@
+//! `flamerec record`: sample a command (and every thread and child it
+//! creates) with `perf_event_open`, turn each sample's callchain into an
+//! interned stack of (module, offset) frames, trim the profiler's own
+//! kernel frames, and stream it all into a `.frec` file.
+//!
+//! All unsafe code lives in [`sys`]; everything else works on bytes copied
+//! out of the ring buffers. This crate never symbolizes user code: that is
+//! `fold`'s job, offline.
+
+mod kallsyms;
+mod launch;
+mod parse;
+mod procs;
+mod session;
+pub mod sys;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use kallsyms::{is_sampling_path, is_scheduler, Kallsyms};
+pub use session::record;
+pub use sys::WaitStatus;
+
+/// How user stacks are obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Frame pointers, walked by the kernel.
+    Fp,
+    /// Stack copy unwound with CFI at record time.
+    Dwarf,
+}
+
+impl CallGraph {
+    /// Name as stored in the recording.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallGraph::Fp => "fp",
+            CallGraph::Dwarf => "dwarf",
+        }
+    }
+}
+
+/// What drives sampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Software CPU clock (works in VMs).
+    CpuClock,
+    /// Software task clock.
+    TaskClock,
+    /// Hardware cycles.
+    Cycles,
+    /// Time blocked, from sched_switch.
+    OffCpu,
+}
+
+impl EventKind {
+    /// Name as stored in the recording.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::CpuClock => "cpu-clock",
+            EventKind::TaskClock => "task-clock",
+            EventKind::Cycles => "cycles",
+            EventKind::OffCpu => "off-cpu",
+        }
+    }
+}
+
+/// What to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Start this command and record it and its whole tree.
+    Command(Vec<OsString>),
+    /// Attach to running processes.
+    Pids(Vec<u32>),
+    /// The whole system except flamerec.
+    System,
+}
+
+/// Everything `record` needs to know.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// Output path.
+    pub output: PathBuf,
+    /// Samples per second per CPU.
+    pub frequency: u64,
+    /// Call-graph mode.
+    pub call_graph: CallGraph,
+    /// What to record.
+    pub target: Target,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Sampling event.
+    pub event: EventKind,
+    /// Sample kernel code and kernel stacks.
+    pub kernel: bool,
+    /// Keep the sampling-path kernel frames.
+    pub keep_profiler_frames: bool,
+    /// More kernel symbols to trim from the leaf end.
+    pub trim: Vec<String>,
+    /// Data pages per CPU ring buffer (a power of two).
+    pub mmap_pages: usize,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            output: PathBuf::from("flamerec.frec"),
+            frequency: 999,
+            call_graph: CallGraph::Fp,
+            target: Target::Command(Vec::new()),
+            duration: None,
+            event: EventKind::CpuClock,
+            kernel: true,
+            keep_profiler_frames: false,
+            trim: Vec::new(),
+            mmap_pages: 128,
+        }
+    }
+}
+
+/// Live figures, reported while recording.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// Samples written so far.
+    pub samples: u64,
+    /// Samples lost so far.
+    pub lost: u64,
+    /// Time since recording started.
+    pub elapsed: Duration,
+}
+
+/// What a finished recording holds.
+#[derive(Debug, Clone)]
+pub struct RecordSummary {
+    /// Samples written.
+    pub samples: u64,
+    /// Samples lost.
+    pub lost: u64,
+    /// Distinct processes seen.
+    pub processes: u64,
+    /// Distinct threads seen.
+    pub threads: u64,
+    /// Recording length.
+    pub duration: Duration,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// The output path.
+    pub output: PathBuf,
+    /// How the started command ended (None without a command, or when
+    /// recording was stopped before it ended).
+    pub exit: Option<WaitStatus>,
+    /// Warnings to show the user.
+    pub warnings: Vec<String>,
+}
+
+/// Why recording failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// perf_event_open was refused.
+    #[error("perf_event_open was denied ({source}); kernel.perf_event_paranoid is {paranoid}: run as root, or allow it with `sudo sysctl kernel.perf_event_paranoid=1`")]
+    PerfDenied {
+        /// Current value of kernel.perf_event_paranoid.
+        paranoid: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The event does not exist on this machine.
+    #[error("event {event} is not available here ({source}); use -e cpu-clock")]
+    EventUnavailable {
+        /// Event name.
+        event: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Mapping a ring buffer failed (usually the locked-memory limit).
+    #[error("cannot map the perf ring buffer ({source}); lower --mmap-pages or raise kernel.perf_event_mlock_kb (now {mlock_kb} KiB)")]
+    RingBuffer {
+        /// Current kernel.perf_event_mlock_kb.
+        mlock_kb: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The command does not exist.
+    #[error("{0}: command not found")]
+    CommandNotFound(String),
+    /// The command exists but cannot be executed.
+    #[error("{command}: cannot execute ({source})")]
+    CommandNotExecutable {
+        /// The command.
+        command: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// No command was given.
+    #[error("no command to record: give one after `--`, or use --pid or --all-cpus")]
+    NoCommand,
+    /// The output file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Output {
+        /// The output path.
+        path: PathBuf,
+        /// The error.
+        source: flamerec_format::FormatError,
+    },
+    /// This option is not supported yet.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Another system call failed.
+    #[error("{what}: {source}")]
+    Sys {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// CPUs that are online, from /sys.
+pub fn online_cpus() -> Vec<i32> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut ends = part.splitn(2, '-').map(|x| x.trim().parse::<i32>());
+        match (ends.next(), ends.next()) {
+            (Some(Ok(a)), Some(Ok(b))) if a <= b => cpus.extend(a..=b),
+            (Some(Ok(a)), None) => cpus.push(a),
+            _ => {}
+        }
+    }
+    if cpus.is_empty() {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cpus.extend(0..n as i32);
+    }
+    cpus
+}

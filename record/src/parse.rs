@@ -1,0 +1,338 @@
+//! Decoding perf ring-buffer records from bytes copied out of the buffer.
+//!
+//! Safe code over owned bytes: every field read is bounds-checked, and a
+//! record that does not fit is reported as malformed rather than trusted.
+
+use crate::sys::{record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID};
+
+/// One decoded record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PerfRecord<'a> {
+    /// A sample.
+    Sample(SampleRecord<'a>),
+    /// A new executable mapping.
+    Mmap {
+        /// Process id.
+        pid: u32,
+        /// Start address.
+        addr: u64,
+        /// Length.
+        len: u64,
+        /// File offset of `addr`.
+        pgoff: u64,
+        /// Build id when the kernel supplied one.
+        build_id: Option<&'a [u8]>,
+        /// Mapped path or pseudo name.
+        filename: &'a str,
+        /// Timestamp.
+        time: u64,
+    },
+    /// A thread name.
+    Comm {
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// The name.
+        name: &'a str,
+        /// Set by exec.
+        exec: bool,
+        /// Timestamp.
+        time: u64,
+    },
+    /// Fork or exit.
+    Task {
+        /// True for exit, false for fork.
+        exit: bool,
+        /// Process id.
+        pid: u32,
+        /// Parent process id.
+        ppid: u32,
+        /// Thread id.
+        tid: u32,
+        /// Parent thread id.
+        ptid: u32,
+        /// Timestamp.
+        time: u64,
+    },
+    /// Samples the kernel dropped.
+    Lost {
+        /// How many.
+        count: u64,
+        /// Timestamp.
+        time: u64,
+    },
+    /// Sampling was throttled (too many interrupts).
+    Throttle,
+    /// A record flamerec does not use.
+    Other,
+}
+
+/// The fields of a sample record that flamerec asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRecord<'a> {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Timestamp (CLOCK_MONOTONIC ns).
+    pub time: u64,
+    /// CPU.
+    pub cpu: u32,
+    /// Period.
+    pub period: u64,
+    /// Raw callchain: native-endian u64s, context markers included.
+    pub callchain: &'a [u8],
+}
+
+impl SampleRecord<'_> {
+    /// Callchain entries, leaf first, markers included.
+    pub fn callchain(&self) -> impl Iterator<Item = u64> + '_ {
+        self.callchain
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+    }
+}
+
+struct Bytes<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Bytes<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.b.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let s = self.take(8)?;
+        Some(u64::from_ne_bytes(s.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        let s = self.take(4)?;
+        Some(u32::from_ne_bytes(s.try_into().ok()?))
+    }
+}
+
+/// Splits a buffer of whole records; yields (type, misc, body). Stops at
+/// the first header that does not fit, counting it in `malformed`.
+pub fn split<'a>(buf: &'a [u8], malformed: &mut u64) -> Vec<(u32, u16, &'a [u8])> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos + 8 <= buf.len() {
+        let ty = u32::from_ne_bytes([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]);
+        let misc = u16::from_ne_bytes([buf[pos + 4], buf[pos + 5]]);
+        let size = u16::from_ne_bytes([buf[pos + 6], buf[pos + 7]]) as usize;
+        if size < 8 || pos + size > buf.len() {
+            *malformed += 1;
+            break;
+        }
+        out.push((ty, misc, &buf[pos + 8..pos + size]));
+        pos += size;
+    }
+    out
+}
+
+/// Layout of the sample_id trailer and of samples, from the sample_type bits.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// The `PERF_SAMPLE_*` bits the events were opened with.
+    pub sample_type: u64,
+}
+
+impl Layout {
+    fn trailer_len(&self) -> usize {
+        let st = self.sample_type;
+        [sample::TID, sample::TIME, sample::CPU]
+            .iter()
+            .filter(|&&bit| st & bit != 0)
+            .count()
+            * 8
+    }
+
+    /// Time from the sample_id trailer of a non-sample record.
+    fn trailer_time(&self, body: &[u8]) -> u64 {
+        let st = self.sample_type;
+        let len = self.trailer_len();
+        if st & sample::TIME == 0 || body.len() < len {
+            return 0;
+        }
+        let mut b = Bytes {
+            b: &body[body.len() - len..],
+            pos: 0,
+        };
+        if st & sample::TID != 0 {
+            b.u64();
+        }
+        b.u64().unwrap_or(0)
+    }
+
+    /// Decodes one record; `None` when its body is too short.
+    pub fn decode<'a>(&self, ty: u32, misc: u16, body: &'a [u8]) -> Option<PerfRecord<'a>> {
+        let mut b = Bytes { b: body, pos: 0 };
+        Some(match ty {
+            rt::SAMPLE => PerfRecord::Sample(self.sample(&mut b)?),
+            rt::MMAP2 | rt::MMAP => {
+                let pid = b.u32()?;
+                let _tid = b.u32()?;
+                let addr = b.u64()?;
+                let len = b.u64()?;
+                let pgoff = b.u64()?;
+                let mut build_id = None;
+                if ty == rt::MMAP2 {
+                    let ids = b.take(24)?;
+                    if misc & MISC_MMAP_BUILD_ID != 0 {
+                        let n = (ids[0] as usize).min(20);
+                        build_id = Some(&ids[4..4 + n]);
+                    }
+                    let _prot = b.u32()?;
+                    let _flags = b.u32()?;
+                }
+                let rest = &body[b.pos..body.len().saturating_sub(self.trailer_len())];
+                let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+                PerfRecord::Mmap {
+                    pid,
+                    addr,
+                    len,
+                    pgoff,
+                    build_id,
+                    filename: std::str::from_utf8(&rest[..end]).unwrap_or("[invalid path]"),
+                    time: self.trailer_time(body),
+                }
+            }
+            rt::COMM => {
+                let pid = b.u32()?;
+                let tid = b.u32()?;
+                let rest = &body[b.pos..body.len().saturating_sub(self.trailer_len())];
+                let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+                PerfRecord::Comm {
+                    pid,
+                    tid,
+                    name: std::str::from_utf8(&rest[..end]).unwrap_or("[invalid name]"),
+                    exec: misc & MISC_COMM_EXEC != 0,
+                    time: self.trailer_time(body),
+                }
+            }
+            rt::FORK | rt::EXIT => PerfRecord::Task {
+                exit: ty == rt::EXIT,
+                pid: b.u32()?,
+                ppid: b.u32()?,
+                tid: b.u32()?,
+                ptid: b.u32()?,
+                time: b.u64()?,
+            },
+            rt::LOST => {
+                let _id = b.u64()?;
+                PerfRecord::Lost {
+                    count: b.u64()?,
+                    time: self.trailer_time(body),
+                }
+            }
+            rt::LOST_SAMPLES => PerfRecord::Lost {
+                count: b.u64()?,
+                time: self.trailer_time(body),
+            },
+            rt::THROTTLE => PerfRecord::Throttle,
+            _ => PerfRecord::Other,
+        })
+    }
+
+    fn sample<'a>(&self, b: &mut Bytes<'a>) -> Option<SampleRecord<'a>> {
+        let st = self.sample_type;
+        let mut s = SampleRecord {
+            ip: 0,
+            pid: 0,
+            tid: 0,
+            time: 0,
+            cpu: 0,
+            period: 0,
+            callchain: &[],
+        };
+        if st & sample::IP != 0 {
+            s.ip = b.u64()?;
+        }
+        if st & sample::TID != 0 {
+            s.pid = b.u32()?;
+            s.tid = b.u32()?;
+        }
+        if st & sample::TIME != 0 {
+            s.time = b.u64()?;
+        }
+        if st & sample::CPU != 0 {
+            s.cpu = b.u32()?;
+            b.u32()?;
+        }
+        if st & sample::PERIOD != 0 {
+            s.period = b.u64()?;
+        }
+        if st & sample::CALLCHAIN != 0 {
+            let nr = usize::try_from(b.u64()?).ok()?;
+            s.callchain = b.take(nr.checked_mul(8)?)?;
+        }
+        Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(ty: u32, misc: u16, body: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&ty.to_ne_bytes());
+        v.extend_from_slice(&misc.to_ne_bytes());
+        v.extend_from_slice(&((body.len() + 8) as u16).to_ne_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn sample_with_callchain_decodes() {
+        let layout = Layout {
+            sample_type: sample::IP | sample::TID | sample::TIME | sample::PERIOD | sample::CALLCHAIN,
+        };
+        let mut body = Vec::new();
+        body.extend_from_slice(&0x1234u64.to_ne_bytes());
+        body.extend_from_slice(&10u32.to_ne_bytes());
+        body.extend_from_slice(&11u32.to_ne_bytes());
+        body.extend_from_slice(&99u64.to_ne_bytes());
+        body.extend_from_slice(&1000u64.to_ne_bytes());
+        body.extend_from_slice(&2u64.to_ne_bytes());
+        body.extend_from_slice(&0x1234u64.to_ne_bytes());
+        body.extend_from_slice(&0x5678u64.to_ne_bytes());
+        let buf = rec(rt::SAMPLE, 0, &body);
+        let mut bad = 0;
+        let recs = split(&buf, &mut bad);
+        assert_eq!(bad, 0);
+        let (ty, misc, b) = recs[0];
+        match layout.decode(ty, misc, b) {
+            Some(PerfRecord::Sample(s)) => {
+                assert_eq!((s.pid, s.tid, s.time, s.period), (10, 11, 99, 1000));
+                assert_eq!(s.callchain().collect::<Vec<_>>(), vec![0x1234, 0x5678]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn callchain_longer_than_the_record_is_refused() {
+        let layout = Layout {
+            sample_type: sample::CALLCHAIN,
+        };
+        let body = 1000u64.to_ne_bytes();
+        assert_eq!(layout.decode(rt::SAMPLE, 0, &body), None);
+    }
+
+    #[test]
+    fn record_size_past_the_buffer_stops_splitting() {
+        let mut buf = rec(rt::COMM, 0, &[0u8; 16]);
+        buf[6] = 200; // claims 200 bytes
+        let mut bad = 0;
+        assert!(split(&buf, &mut bad).is_empty());
+        assert_eq!(bad, 1);
+    }
+}

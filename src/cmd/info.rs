@@ -1,0 +1,65 @@
+//! `flamerec info`: what a recording holds.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use flamerec_format::Summary;
+use serde_json::json;
+
+/// Arguments of `flamerec info`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print one JSON object (schema flamerec-info/1).
+    #[arg(long)]
+    json: bool,
+    /// The recording.
+    input: PathBuf,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let file = File::open(&a.input).with_context(|| format!("cannot open {}", a.input.display()))?;
+    let s = Summary::read(BufReader::new(file)).with_context(|| a.input.display().to_string())?;
+    let m = &s.metadata;
+    if a.json {
+        let v = json!({
+            "schema": "flamerec-info/1",
+            "complete": s.complete,
+            "samples": s.samples,
+            "lost_samples": s.lost_samples,
+            "duration_s": s.duration_s,
+            "event": m.event,
+            "frequency_hz": m.frequency_hz,
+            "call_graph": m.call_graph,
+            "command": m.command,
+            "processes": s.processes,
+            "threads": s.threads,
+            "bytes": s.bytes,
+        });
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let state = match &s.damage {
+        None if s.complete => "complete".to_string(),
+        Some(d) => format!("incomplete: {d}"),
+        None => "incomplete".to_string(),
+    };
+    let per_sample = if s.samples > 0 {
+        format!(", {:.1} bytes/sample", s.bytes as f64 / s.samples as f64)
+    } else {
+        String::new()
+    };
+    println!("file:       {} ({}{per_sample}), {state}", a.input.display(), super::human_bytes(s.bytes));
+    println!("command:    {}", if m.command.is_empty() { format!("({})", m.target) } else { m.command.join(" ") });
+    println!("event:      {} at {} Hz, call graph {}", m.event, m.frequency_hz, m.call_graph);
+    println!("duration:   {:.2} s", s.duration_s);
+    println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
+    if m.weight_unit != "samples" {
+        println!("weight:     {} {}", s.weight, m.weight_unit);
+    }
+    println!("processes:  {}, threads: {}", s.processes, s.threads);
+    println!("recorded:   on {} (Linux {}) by flamerec {}", m.host, m.kernel_release, m.flamerec_version);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,70 @@
+//! One module per subcommand; each turns its clap arguments into the
+//! library's plain options and reports the result.
+
+mod fold;
+mod info;
+mod record;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Sampling profiler for Linux: record kernel + user stacks, get flamegraphs.
+#[derive(Debug, Parser)]
+#[command(name = "flamerec", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Record a command (or running processes) into a .frec file.
+    Record(record::Args),
+    /// Fold a recording into stacks, an SVG flamegraph or a JSON summary.
+    Fold(fold::Args),
+    /// Show what a recording holds.
+    Info(info::Args),
+}
+
+/// An error with its own exit status (127 and 126 for launch failures, as a shell).
+#[derive(Debug)]
+pub struct Exit {
+    /// Exit status.
+    pub code: u8,
+    /// The one-line message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Record(a) => record::run(a),
+        Command::Fold(a) => fold::run(a),
+        Command::Info(a) => info::run(a),
+    }
+}
+
+/// Human-readable byte count.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}

@@ -1,0 +1,168 @@
+//! `flamerec record`: options → `flamerec_record::record`, a progress line,
+//! a summary line, and the command's exit status.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::ValueEnum;
+use flamerec_record::{CallGraph, EventKind, RecordError, RecordOptions, Target, WaitStatus};
+
+use super::Exit;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    /// Frame pointers only (cheapest).
+    Fp,
+    /// Kernel callchain + user stack copy unwound with CFI.
+    Dwarf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Event {
+    CpuClock,
+    TaskClock,
+    Cycles,
+    OffCpu,
+}
+
+/// Arguments of `flamerec record`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Recording file.
+    #[arg(short, long, default_value = "flamerec.frec")]
+    output: PathBuf,
+    /// Samples per second per CPU.
+    #[arg(short = 'F', long = "freq", default_value_t = 999, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    freq: u64,
+    /// Call-graph mode (dwarf becomes the default once it lands).
+    #[arg(short = 'g', long = "call-graph", value_enum, default_value = "fp")]
+    call_graph: Mode,
+    /// Record running processes (comma-separated pids).
+    #[arg(short, long, value_delimiter = ',')]
+    pid: Vec<u32>,
+    /// Record the whole system, excluding flamerec itself.
+    #[arg(short, long)]
+    all_cpus: bool,
+    /// Stop after this many seconds.
+    #[arg(short, long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Sampling event.
+    #[arg(short, long, value_enum, default_value = "cpu-clock")]
+    event: Event,
+    /// User stacks only.
+    #[arg(long)]
+    no_kernel: bool,
+    /// Keep the profiler's own frames (turn trimming off).
+    #[arg(long)]
+    keep_profiler_frames: bool,
+    /// Also trim leading kernel frames named SYMBOL.
+    #[arg(long, value_name = "SYMBOL")]
+    trim: Vec<String>,
+    /// Ring buffer data pages per CPU (a power of two).
+    #[arg(long, default_value_t = 128)]
+    mmap_pages: usize,
+    /// After recording, fold and write a flamegraph here.
+    #[arg(long, value_name = "PATH")]
+    svg: Option<PathBuf>,
+    /// No progress line.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The command to run and record.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let target = if !a.pid.is_empty() {
+        Target::Pids(a.pid.clone())
+    } else if a.all_cpus {
+        Target::System
+    } else {
+        Target::Command(a.command.clone())
+    };
+    let duration = match a.duration {
+        Some(d) if d.is_finite() && d > 0.0 => Some(Duration::from_secs_f64(d)),
+        Some(d) => anyhow::bail!("--duration must be a positive number of seconds, not {d}"),
+        None => None,
+    };
+    let opts = RecordOptions {
+        output: a.output.clone(),
+        frequency: a.freq,
+        call_graph: match a.call_graph {
+            Mode::Fp => CallGraph::Fp,
+            Mode::Dwarf => CallGraph::Dwarf,
+        },
+        target,
+        duration,
+        event: match a.event {
+            Event::CpuClock => EventKind::CpuClock,
+            Event::TaskClock => EventKind::TaskClock,
+            Event::Cycles => EventKind::Cycles,
+            Event::OffCpu => EventKind::OffCpu,
+        },
+        kernel: !a.no_kernel,
+        keep_profiler_frames: a.keep_profiler_frames,
+        trim: a.trim.clone(),
+        mmap_pages: a.mmap_pages,
+    };
+    let live = !a.quiet && std::io::stderr().is_terminal();
+    let mut progress = |p: &flamerec_record::Progress| {
+        if live {
+            eprint!(
+                "\rflamerec: recording… {} samples, {} lost, {:.1} s ",
+                p.samples,
+                p.lost,
+                p.elapsed.as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let summary = match flamerec_record::record(&opts, &mut progress) {
+        Ok(s) => s,
+        Err(e) => {
+            let code = match &e {
+                RecordError::CommandNotFound(_) => 127,
+                RecordError::CommandNotExecutable { .. } => 126,
+                _ => 1,
+            };
+            return Err(Exit {
+                code,
+                message: e.to_string(),
+            }
+            .into());
+        }
+    };
+    if live {
+        eprint!("\r\x1b[K");
+    }
+    for w in &summary.warnings {
+        eprintln!("flamerec: warning: {w}");
+    }
+    let per_sample = if summary.samples > 0 {
+        format!(", {:.1} B/sample", summary.bytes as f64 / summary.samples as f64)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample})",
+        summary.samples,
+        summary.lost,
+        summary.processes,
+        summary.threads,
+        summary.duration.as_secs_f64(),
+        summary.output.display(),
+        super::human_bytes(summary.bytes),
+    );
+    if let Some(svg) = &a.svg {
+        super::fold::write_svg_of(&a.output, svg, None)?;
+        eprintln!("flamerec: wrote {}", svg.display());
+    }
+    Ok(match summary.exit {
+        Some(WaitStatus::Exited(c)) => ExitCode::from(c as u8),
+        Some(WaitStatus::Signaled(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
+        None => ExitCode::SUCCESS,
+    })
+}

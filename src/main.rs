@@ -1,0 +1,28 @@
+//! The `flamerec` command line: parse, dispatch, report. The work happens
+//! in the `flamerec-record`, `flamerec-fold` and `flamerec-format` crates.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cmd::Cli::parse();
+    match cmd::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            // `flamerec fold x.frec | head` closes the pipe early: not an error.
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            let code = e.downcast_ref::<cmd::Exit>().map_or(1, |x| x.code);
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("flamerec: error: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
