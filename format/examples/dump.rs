@@ -15,7 +15,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("samples per (pid, tid): {per_thread:?}");
     println!("modules: {:?}", rec.tables.modules);
-    println!("frames: {}, nodes: {}, kernel symbols: {}", rec.tables.frames.len(), rec.tables.node_count(), rec.tables.kernel_symbols.len());
+    println!(
+        "frames: {}, nodes: {}, kernel symbols: {}",
+        rec.tables.frames.len(),
+        rec.tables.node_count(),
+        rec.tables.kernel_symbols.len()
+    );
     println!("damage: {:?}", rec.damage);
     Ok(())
 }

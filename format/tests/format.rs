@@ -1,7 +1,7 @@
 //! Round trip, truncation and corruption tests of the `.frec` reader and writer.
 
 use flamerec_format::{
-    Damage, Event, Frame, FormatError, KernelSymbol, Mapping, Metadata, Module, ModuleKind,
+    Damage, Event, FormatError, Frame, KernelSymbol, Mapping, Metadata, Module, ModuleKind,
     Recording, Sample, Totals, Writer,
 };
 
@@ -35,7 +35,10 @@ fn meta() -> Metadata {
 }
 
 /// Writes a multi-chunk recording and returns (bytes, samples written).
-fn synthetic(chunks: usize) -> (Vec<u8>, Vec<(u32, u32, Vec<(u32, u64)>, u64)>) {
+/// What the test wrote for one sample: pid, tid, frames (module, address) root first, weight.
+type Written = (u32, u32, Vec<(u32, u64)>, u64);
+
+fn synthetic(chunks: usize) -> (Vec<u8>, Vec<Written>) {
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut w = Writer::new(Vec::new(), &meta()).unwrap();
     let kernel = w.module(&Module {
@@ -139,8 +142,14 @@ fn round_trip_keeps_every_sample_and_stack() {
     assert!(rec.samples.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
     assert_eq!(rec.tables.modules[1].build_id, vec![1, 2, 3, 4]);
     assert_eq!(rec.tables.kernel_symbols[0].name, "vfs_read");
-    assert!(rec.events.iter().any(|e| matches!(e, Event::Comm { name, .. } if name == "child")));
-    assert!(rec.events.iter().any(|e| matches!(e, Event::Mapping(m) if m.pgoff == 0x1000)));
+    assert!(rec
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Comm { name, .. } if name == "child")));
+    assert!(rec
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Mapping(m) if m.pgoff == 0x1000)));
 }
 
 #[test]
@@ -151,14 +160,26 @@ fn stacks_are_interned() {
         path: "/bin/x".into(),
         build_id: vec![],
     });
-    let a = w.frame(Frame { module: m, address: 1 });
-    let b = w.frame(Frame { module: m, address: 2 });
+    let a = w.frame(Frame {
+        module: m,
+        address: 1,
+    });
+    let b = w.frame(Frame {
+        module: m,
+        address: 2,
+    });
     let s1 = w.stack(&[a, b]);
     let s2 = w.stack(&[a, b]);
     let s3 = w.stack(&[a]);
     assert_eq!(s1, s2);
     assert_ne!(s1, s3);
-    assert_eq!(w.frame(Frame { module: m, address: 1 }), a);
+    assert_eq!(
+        w.frame(Frame {
+            module: m,
+            address: 1
+        }),
+        a
+    );
 }
 
 #[test]
@@ -181,7 +202,10 @@ fn truncation_at_every_byte_yields_the_complete_prefix() {
                 last_samples = rec.samples.len();
             }
             Err(e) => assert!(
-                matches!(e, FormatError::Empty | FormatError::NotFrec | FormatError::NoData(_)),
+                matches!(
+                    e,
+                    FormatError::Empty | FormatError::NotFrec | FormatError::NoData(_)
+                ),
                 "cut at {cut}: {e}"
             ),
         }

@@ -183,7 +183,10 @@ ffffffffc0000000 t xfs_read\t[xfs]\n";
         let k = Kallsyms::parse(TABLE);
         let i = k.lookup(0xffffffff81000150).unwrap();
         let s = k.symbol(i);
-        assert_eq!((s.name.as_str(), s.start, s.size), ("vfs_read", 0xffffffff81000100, 0x100));
+        assert_eq!(
+            (s.name.as_str(), s.start, s.size),
+            ("vfs_read", 0xffffffff81000100, 0x100)
+        );
         let m = k.symbol(k.lookup(0xffffffffc0000010).unwrap());
         assert_eq!((m.name.as_str(), m.module.as_str()), ("xfs_read", "xfs"));
         assert!(k.lookup(0x1000).is_none());

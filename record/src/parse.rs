@@ -293,7 +293,11 @@ mod tests {
     #[test]
     fn sample_with_callchain_decodes() {
         let layout = Layout {
-            sample_type: sample::IP | sample::TID | sample::TIME | sample::PERIOD | sample::CALLCHAIN,
+            sample_type: sample::IP
+                | sample::TID
+                | sample::TIME
+                | sample::PERIOD
+                | sample::CALLCHAIN,
         };
         let mut body = Vec::new();
         body.extend_from_slice(&0x1234u64.to_ne_bytes());

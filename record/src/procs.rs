@@ -44,7 +44,15 @@ pub fn module_for(filename: &str, build_id: &[u8]) -> Module {
 
 impl Processes {
     /// Adds a mapping, replacing whatever it overlaps.
-    pub fn map(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, module: ModuleId, kind: ModuleKind) {
+    pub fn map(
+        &mut self,
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        module: ModuleId,
+        kind: ModuleKind,
+    ) {
         let end = start.saturating_add(len);
         let maps = self.maps.entry(pid).or_default();
         let overlapping: Vec<u64> = maps
@@ -65,7 +73,15 @@ impl Processes {
                 }
             }
         }
-        maps.insert(start, Map { end, pgoff, module, kind });
+        maps.insert(
+            start,
+            Map {
+                end,
+                pgoff,
+                module,
+                kind,
+            },
+        );
     }
 
     /// exec replaced the address space.

@@ -17,9 +17,7 @@ use crate::launch::{c_strings, find_program};
 use crate::parse::{split, Layout, PerfRecord, SampleRecord};
 use crate::procs::{module_for, Processes};
 use crate::sys::{self, Counter, EventConfig, RingBuffer, SuspendedChild, WaitStatus};
-use crate::{
-    CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target,
-};
+use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target};
 
 /// How often buffered data reaches the file, at the latest.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -74,7 +72,10 @@ pub fn record(
         source: e.into(),
     })?;
     let meta = Metadata {
-        command: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        command: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         target: "command".into(),
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -117,7 +118,8 @@ pub fn record(
     };
     let mut events = Vec::new();
     for cpu in crate::online_cpus() {
-        let fd = sys::perf_event_open(&cfg, child.pid(), cpu).map_err(|e| open_error(opts.event, e))?;
+        let fd =
+            sys::perf_event_open(&cfg, child.pid(), cpu).map_err(|e| open_error(opts.event, e))?;
         let ring = RingBuffer::map(&fd, pages).map_err(|e| RecordError::RingBuffer {
             mlock_kb: read_trimmed("/proc/sys/kernel/perf_event_mlock_kb"),
             source: e,
@@ -159,7 +161,8 @@ pub fn record(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    st.writer.comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
+    st.writer
+        .comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
     st.seen(pid as u32, pid as u32);
 
     let mut exit = None;
@@ -505,7 +508,11 @@ impl<W: io::Write> State<W> {
                 continue;
             }
             // Caller frames hold return addresses: step back into the call.
-            let addr = if first_in_context { ip } else { ip.wrapping_sub(1) };
+            let addr = if first_in_context {
+                ip
+            } else {
+                ip.wrapping_sub(1)
+            };
             first_in_context = false;
             if context == sys::PERF_CONTEXT_KERNEL {
                 if trimming && self.trimmed(addr) {

@@ -1,20 +1,116 @@
 //! `flamerec fold`: a recording → folded stacks, SVG, JSON summary.
 
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use anyhow::Context;
+use flamerec_fold::{FoldOptions, Profile};
 
 /// Arguments of `flamerec fold`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Write folded text here instead of stdout.
+    #[arg(short, long, value_name = "PATH")]
+    output: Option<PathBuf>,
+    /// Write an SVG flamegraph.
+    #[arg(long, value_name = "PATH")]
+    svg: Option<PathBuf>,
+    /// Title of the SVG.
+    #[arg(long, value_name = "TEXT")]
+    title: Option<String>,
+    /// Write the JSON summary (schema flamerec-summary/1).
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Root frame is `comm-PID`.
+    #[arg(long)]
+    per_process: bool,
+    /// Root frame is `comm-PID/TID`.
+    #[arg(long, conflicts_with = "per_process")]
+    per_thread: bool,
+    /// Keep only this process (repeatable).
+    #[arg(long, value_name = "PID")]
+    pid: Vec<u32>,
+    /// Keep only this thread (repeatable).
+    #[arg(long, value_name = "TID")]
+    tid: Vec<u32>,
+    /// Keep only threads or processes with this name (repeatable).
+    #[arg(long, value_name = "NAME")]
+    comm: Vec<String>,
+    /// Do not expand inlined frames.
+    #[arg(long)]
+    no_inline: bool,
+    /// Append `_[k]` to kernel frames.
+    #[arg(long)]
+    kernel_suffix: bool,
+    /// Symbolization threads (default: all cores).
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
     /// The recording (.frec).
     input: PathBuf,
 }
 
-pub fn run(_a: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("fold: not wired yet")
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let opts = FoldOptions {
+        per_process: a.per_process,
+        per_thread: a.per_thread,
+        pids: a.pid.clone(),
+        tids: a.tid.clone(),
+        comms: a.comm.clone(),
+        kernel_suffix: a.kernel_suffix,
+        inline: !a.no_inline,
+        jobs: a.jobs.map(usize::from),
+    };
+    let profile = fold(&a.input, &opts)?;
+    if let Some(svg) = &a.svg {
+        write_to(svg, |w| {
+            flamerec_fold::write_svg(&profile, a.title.as_deref(), w)
+        })?;
+    }
+    if let Some(json) = &a.json {
+        write_to(json, |w| flamerec_fold::write_json_summary(&profile, w))?;
+    }
+    match &a.output {
+        Some(path) => write_to(path, |w| flamerec_fold::write_folded(&profile, w))?,
+        // With --svg or --json alone, stdout stays quiet.
+        None if a.svg.is_some() || a.json.is_some() => {}
+        None => {
+            let stdout = io::stdout().lock();
+            let mut w = BufWriter::new(stdout);
+            flamerec_fold::write_folded(&profile, &mut w)?;
+            w.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
-/// Folds `input` and writes an SVG flamegraph to `svg`.
-pub fn write_svg_of(_input: &Path, _svg: &Path, _title: Option<&str>) -> anyhow::Result<()> {
-    anyhow::bail!("fold: not wired yet")
+/// Folds with warnings shown on stderr.
+fn fold(input: &Path, opts: &FoldOptions) -> anyhow::Result<Profile> {
+    let profile =
+        flamerec_fold::fold_recording(input, opts).with_context(|| input.display().to_string())?;
+    if let Some(d) = &profile.damage {
+        eprintln!("flamerec: warning: {}: {d}", input.display());
+    }
+    for w in &profile.warnings {
+        eprintln!("flamerec: warning: {w}");
+    }
+    Ok(profile)
+}
+
+fn write_to(
+    path: &Path,
+    f: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
+) -> anyhow::Result<()> {
+    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    f(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Folds `input` and writes an SVG flamegraph to `svg` (for `record --svg`).
+pub fn write_svg_of(input: &Path, svg: &Path, title: Option<&str>) -> anyhow::Result<()> {
+    let profile = fold(input, &FoldOptions::default())?;
+    write_to(svg, |w| flamerec_fold::write_svg(&profile, title, w))
 }

@@ -20,7 +20,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let file = File::open(&a.input).with_context(|| format!("cannot open {}", a.input.display()))?;
+    let file =
+        File::open(&a.input).with_context(|| format!("cannot open {}", a.input.display()))?;
     let s = Summary::read(BufReader::new(file)).with_context(|| a.input.display().to_string())?;
     let m = &s.metadata;
     if a.json {
@@ -51,15 +52,32 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         String::new()
     };
-    println!("file:       {} ({}{per_sample}), {state}", a.input.display(), super::human_bytes(s.bytes));
-    println!("command:    {}", if m.command.is_empty() { format!("({})", m.target) } else { m.command.join(" ") });
-    println!("event:      {} at {} Hz, call graph {}", m.event, m.frequency_hz, m.call_graph);
+    println!(
+        "file:       {} ({}{per_sample}), {state}",
+        a.input.display(),
+        super::human_bytes(s.bytes)
+    );
+    println!(
+        "command:    {}",
+        if m.command.is_empty() {
+            format!("({})", m.target)
+        } else {
+            m.command.join(" ")
+        }
+    );
+    println!(
+        "event:      {} at {} Hz, call graph {}",
+        m.event, m.frequency_hz, m.call_graph
+    );
     println!("duration:   {:.2} s", s.duration_s);
     println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
     if m.weight_unit != "samples" {
         println!("weight:     {} {}", s.weight, m.weight_unit);
     }
     println!("processes:  {}, threads: {}", s.processes, s.threads);
-    println!("recorded:   on {} (Linux {}) by flamerec {}", m.host, m.kernel_release, m.flamerec_version);
+    println!(
+        "recorded:   on {} (Linux {}) by flamerec {}",
+        m.host, m.kernel_release, m.flamerec_version
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -142,7 +142,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         eprintln!("flamerec: warning: {w}");
     }
     let per_sample = if summary.samples > 0 {
-        format!(", {:.1} B/sample", summary.bytes as f64 / summary.samples as f64)
+        format!(
+            ", {:.1} B/sample",
+            summary.bytes as f64 / summary.samples as f64
+        )
     } else {
         String::new()
     };

@@ -21,11 +21,11 @@ pub const MISC_MMAP_BUILD_ID: u16 = b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16;
 /// `PERF_RECORD_MISC_COMM_EXEC`: a COMM record comes from an exec.
 pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
 /// Callchain entries at or above this value are context markers.
-pub const PERF_CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX as u64;
+pub const PERF_CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;
 /// Marker: the following callchain entries are kernel addresses.
-pub const PERF_CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL as u64;
+pub const PERF_CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL;
 /// Marker: the following callchain entries are user addresses.
-pub const PERF_CONTEXT_USER: u64 = b::PERF_CONTEXT_USER as u64;
+pub const PERF_CONTEXT_USER: u64 = b::PERF_CONTEXT_USER;
 
 /// Sample fields flamerec asks for.
 pub mod sample {

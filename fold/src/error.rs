@@ -1,0 +1,48 @@
+//! Errors that stop folding altogether.
+//!
+//! Damage inside a recording (truncated, a corrupt chunk) is not an error:
+//! folding goes on with the complete prefix and reports it in
+//! [`crate::Profile::damage`]. Missing binaries are not errors either: their
+//! frames print as `module+0xOFFSET` and a warning says how many.
+
+use std::io;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Why a recording could not be folded at all. Each renders as one line.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum FoldError {
+    /// The input file could not be opened.
+    #[error("cannot open {}: {source}", path.display())]
+    Open {
+        /// The input path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The input is not a readable `.frec` recording (wrong magic, unknown
+    /// version, no metadata) or reading it failed.
+    #[error("{}: {source}", path.display())]
+    Format {
+        /// The input path.
+        path: PathBuf,
+        /// What the format reader said.
+        source: flamerec_format::FormatError,
+    },
+    /// The input is a `perf.data` file, which this version cannot import yet.
+    #[error("{}: perf.data input is not supported yet; record with `flamerec record` instead", path.display())]
+    PerfData {
+        /// The input path.
+        path: PathBuf,
+    },
+    /// The symbolization thread pool could not be started.
+    #[error("cannot start {jobs} symbolization threads: {reason}")]
+    ThreadPool {
+        /// Threads asked for (0: one per core).
+        jobs: usize,
+        /// What rayon said.
+        reason: String,
+    },
+}

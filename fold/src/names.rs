@@ -1,0 +1,116 @@
+//! Frame and root names as they appear in folded text.
+//!
+//! Owns the rules that keep a folded line unambiguous for every consumer
+//! (inferno, flamegraph.pl, our own diff): no `;` inside a frame, no line
+//! breaks or other control characters, no leading or trailing blanks, and no
+//! trailing ` NUMBER` that a reader would take for a (differential) count.
+//! It must not decide *what* a frame is called, only how it is spelled.
+
+/// Name used when nothing is known (thread without a comm, empty symbol).
+pub(crate) const UNKNOWN: &str = "[unknown]";
+
+/// Makes `name` safe to stand as one frame of a folded line.
+pub(crate) fn sanitize(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| match c {
+            // `;` separates frames; `:` keeps paths like `<[u8; 4]>` readable.
+            ';' => ':',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    let trimmed = out.trim();
+    if trimmed.len() != out.len() {
+        out = trimmed.to_string();
+    }
+    if out.is_empty() {
+        return UNKNOWN.to_string();
+    }
+    // `foo 12` as a leaf would read as frame `foo` with count 12 (or, before
+    // the real count, as a differential pair): glue the number to the name.
+    if let Some((ws, c)) = out.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
+        let tail_start = ws + c.len_utf8();
+        if is_count_like(&out[tail_start..]) {
+            let run_start = out[..ws].trim_end().len();
+            out.replace_range(run_start..tail_start, "_");
+        }
+    }
+    out
+}
+
+/// What flamegraph.pl and inferno accept as a count: digits, optionally with
+/// a fractional part.
+fn is_count_like(s: &str) -> bool {
+    let (int, frac) = match s.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (s, ""),
+    };
+    !int.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Makes a name safe as the first frame of a line: inferno skips lines that
+/// start with `# ` as comments.
+pub(crate) fn sanitize_root(name: &str) -> String {
+    let mut s = sanitize(name);
+    if s.starts_with("# ") {
+        s.replace_range(0..1, "_");
+    }
+    s
+}
+
+/// Last path component, as `perf` prints module names (`libc.so.6`).
+/// Pseudo paths like `[kernel.kallsyms]` come back unchanged.
+pub(crate) fn basename(path: &str) -> &str {
+    if path.starts_with('[') {
+        return path;
+    }
+    match path.rsplit('/').next() {
+        Some(b) if !b.is_empty() => b,
+        _ => path,
+    }
+}
+
+/// The name of a frame that could not be symbolized: `module+0xOFFSET`.
+pub(crate) fn unresolved(module: &str, offset: u64) -> String {
+    format!("{module}+0x{offset:x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn separators_and_controls_are_replaced() {
+        assert_eq!(sanitize("<[u8; 4]>::fmt"), "<[u8: 4]>::fmt");
+        assert_eq!(sanitize("a\nb\tc\r"), "a b c");
+        assert_eq!(sanitize("  "), UNKNOWN);
+        assert_eq!(sanitize(""), UNKNOWN);
+    }
+
+    #[test]
+    fn trailing_numbers_cannot_pass_for_a_count() {
+        assert_eq!(sanitize("worker 12"), "worker_12");
+        assert_eq!(sanitize("worker  1.5"), "worker_1.5");
+        assert_eq!(sanitize("foo(int) const"), "foo(int) const");
+        assert_eq!(sanitize("v 1.2.3"), "v 1.2.3");
+        assert_eq!(sanitize("x 12a"), "x 12a");
+        assert_eq!(sanitize("12"), "12");
+    }
+
+    #[test]
+    fn root_never_looks_like_a_comment() {
+        assert_eq!(sanitize_root("# x"), "_ x");
+        assert_eq!(sanitize_root("#x"), "#x");
+    }
+
+    #[test]
+    fn basenames() {
+        assert_eq!(basename("/usr/lib/libc.so.6"), "libc.so.6");
+        assert_eq!(basename("[kernel.kallsyms]"), "[kernel.kallsyms]");
+        assert_eq!(basename("/weird/"), "/weird/");
+        assert_eq!(basename("rel"), "rel");
+    }
+}

@@ -1,0 +1,219 @@
+//! The folded profile: symbolized stacks with their weights, per-process and
+//! per-function totals. Built from an [`Aggregate`] once symbols are known.
+//!
+//! This module owns what a "function total" means (each sample counts once
+//! per function, however often the function stands in its stack) and the
+//! deterministic ordering of everything it returns. It does no I/O.
+
+use std::collections::HashMap;
+
+use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
+
+use crate::aggregate::{Aggregate, NameId};
+use crate::names::{sanitize_root, UNKNOWN};
+use crate::symbolize::{self, FuncId, NameOptions, Symbols};
+
+/// A folded, symbolized recording.
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    /// The recording's metadata.
+    pub metadata: Metadata,
+    /// The trailer, when the file is complete.
+    pub totals: Option<Totals>,
+    /// Why the recording stopped early, if it did; the caller shows it as a warning.
+    pub damage: Option<Damage>,
+    /// Other things the user should know (e.g. binaries missing since
+    /// recording), one line each, without a `flamerec: warning:` prefix.
+    pub warnings: Vec<String>,
+    /// Folded stacks, `root;frame;...;leaf` with their summed weight, sorted
+    /// by line. Lines are distinct.
+    pub stacks: Vec<(String, u64)>,
+    /// Samples that passed the filters.
+    pub samples: u64,
+    /// Sum of their weights (what the counts add up to), in `metadata.weight_unit`.
+    pub total_weight: u64,
+    /// Samples the kernel dropped while recording.
+    pub lost_samples: u64,
+    /// Length of the recording (up to the last sample when truncated).
+    pub duration_ns: u64,
+    /// Per process, by weight descending, then pid.
+    pub processes: Vec<ProcessStats>,
+    /// Per function, by total weight descending, then self weight, name, module.
+    pub functions: Vec<FunctionStats>,
+}
+
+/// What one process contributed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessStats {
+    /// Process id.
+    pub pid: u32,
+    /// Its name at its last sample.
+    pub comm: String,
+    /// Samples kept.
+    pub samples: u64,
+    /// Their summed weight.
+    pub weight: u64,
+}
+
+/// Where the time of one function went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionStats {
+    /// Function name as in the folded text.
+    pub name: String,
+    /// Module basename.
+    pub module: String,
+    /// Weight of samples whose leaf is this function.
+    pub self_weight: u64,
+    /// Weight of samples with this function anywhere in the stack, counted
+    /// once per sample.
+    pub total_weight: u64,
+}
+
+/// Symbolizes what `agg` references and assembles the profile (without the
+/// recording-level fields, which the caller fills in).
+pub(crate) fn build(tables: &Tables, agg: Aggregate, opts: NameOptions) -> Profile {
+    let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
+    let symbols = symbolize::symbolize(tables, &used, opts);
+
+    let mut entries: Vec<((NameId, StackId), u64)> = agg.counts.into_iter().collect();
+    // Same stack next to each other, so its frames are expanded once.
+    entries.sort_unstable_by_key(|&((root, stack), _)| (stack, root));
+
+    let mut lines: HashMap<String, u64> = HashMap::with_capacity(entries.len());
+    let mut self_w = vec![0u64; symbols.functions.len()];
+    let mut total_w = vec![0u64; symbols.functions.len()];
+    // `stamp[f] == generation` marks functions already counted for this stack.
+    let mut stamp = vec![usize::MAX; symbols.functions.len()];
+    let mut funcs: Vec<FuncId> = Vec::new();
+    let mut tail = String::new();
+    let mut current: Option<StackId> = None;
+    let root_names: Vec<String> = agg.names.iter().map(|n| sanitize_root(n)).collect();
+
+    for (generation, ((root, stack), weight)) in entries.into_iter().enumerate() {
+        if current != Some(stack) {
+            current = Some(stack);
+            expand(tables, &symbols, stack, &mut funcs);
+            tail.clear();
+            for &f in &funcs {
+                tail.push(';');
+                if let Some(func) = symbols.functions.get(f as usize) {
+                    tail.push_str(&func.name);
+                }
+            }
+        }
+        let root_name = root_names
+            .get(root as usize)
+            .map_or(UNKNOWN, String::as_str);
+        let mut line = String::with_capacity(root_name.len() + tail.len());
+        line.push_str(root_name);
+        line.push_str(&tail);
+        let c = lines.entry(line).or_insert(0);
+        *c = c.saturating_add(weight);
+
+        if let Some(&leaf) = funcs.last() {
+            if let Some(s) = self_w.get_mut(leaf as usize) {
+                *s = s.saturating_add(weight);
+            }
+        }
+        for &f in &funcs {
+            let i = f as usize;
+            if let (Some(st), Some(t)) = (stamp.get_mut(i), total_w.get_mut(i)) {
+                if *st != generation {
+                    *st = generation;
+                    *t = t.saturating_add(weight);
+                }
+            }
+        }
+    }
+
+    let mut stacks: Vec<(String, u64)> = lines.into_iter().collect();
+    stacks.sort_unstable();
+
+    let mut functions: Vec<FunctionStats> = symbols
+        .functions
+        .iter()
+        .zip(self_w.iter().zip(&total_w))
+        .filter(|(_, (_, &t))| t > 0)
+        .map(|(f, (&s, &t))| FunctionStats {
+            name: f.name.clone(),
+            module: f.module.clone(),
+            self_weight: s,
+            total_weight: t,
+        })
+        .collect();
+    functions.sort_unstable_by(|a, b| {
+        b.total_weight
+            .cmp(&a.total_weight)
+            .then(b.self_weight.cmp(&a.self_weight))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.module.cmp(&b.module))
+    });
+
+    let mut processes: Vec<ProcessStats> = agg
+        .processes
+        .iter()
+        .map(|(&pid, p)| ProcessStats {
+            pid,
+            comm: agg
+                .names
+                .get(p.comm as usize)
+                .cloned()
+                .unwrap_or_else(|| UNKNOWN.to_string()),
+            samples: p.samples,
+            weight: p.weight,
+        })
+        .collect();
+    processes.sort_unstable_by(|a, b| b.weight.cmp(&a.weight).then(a.pid.cmp(&b.pid)));
+
+    Profile {
+        warnings: symbols.warnings,
+        stacks,
+        samples: agg.samples,
+        total_weight: agg.weight,
+        lost_samples: agg.lost,
+        duration_ns: agg.last_time_ns,
+        processes,
+        functions,
+        ..Default::default()
+    }
+}
+
+/// The distinct frames under the given leaves, each stack node visited once.
+fn used_frames(tables: &Tables, leaves: impl Iterator<Item = StackId>) -> Vec<u32> {
+    let mut seen_node = vec![false; tables.node_count()];
+    let mut seen_frame = vec![false; tables.frames.len()];
+    for leaf in leaves {
+        let mut cur = leaf;
+        while let Some((parent, frame)) = tables.node(cur) {
+            match seen_node.get_mut(cur as usize) {
+                Some(seen) if !*seen => *seen = true,
+                _ => break,
+            }
+            if let Some(f) = seen_frame.get_mut(frame as usize) {
+                *f = true;
+            }
+            cur = parent;
+        }
+    }
+    seen_frame
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s)
+        .map(|(i, _)| i as u32)
+        .collect()
+}
+
+/// The functions of a stack, root first, inlined frames expanded.
+fn expand(tables: &Tables, symbols: &Symbols, stack: StackId, out: &mut Vec<FuncId>) {
+    out.clear();
+    let mut cur = stack;
+    // Leaf first; each frame's functions are outermost first, so push them
+    // reversed and flip the whole list at the end.
+    while let Some((parent, frame)) = tables.node(cur) {
+        if let Some(fs) = symbols.frames.get(frame as usize) {
+            out.extend(fs.iter().rev());
+        }
+        cur = parent;
+    }
+    out.reverse();
+}

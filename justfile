@@ -1,0 +1,17 @@
+# Recipes mirror the README and CI one to one.
+
+# Build everything and write demo.svg, a flamegraph of the bundled cpu-mix sample.
+demo:
+    cargo build --release && target/release/flamerec record -o demo.frec --svg demo.svg -- target/release/cpu-mix
+
+# The whole test suite (records real workloads with perf_event_open).
+test:
+    cargo test --workspace
+
+# Formatting and lints, as CI runs them.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# What CI runs.
+ci: lint test

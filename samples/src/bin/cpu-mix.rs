@@ -1,0 +1,127 @@
+//! cpu-mix: CPU work split across three named functions in fixed proportions.
+//!
+//! Usage: `cpu-mix [--units N]` (default: about one second of CPU on a modern core).
+//!
+//! The work is counted in units, not in time: every unit runs the same loop body, so a
+//! profile's self shares follow the unit split exactly — `cpu_mix_alpha` 50%,
+//! `cpu_mix_beta` 30%, `cpu_mix_gamma` 20%. The functions are called interleaved, in rounds
+//! of 5 + 3 + 2 units, so the shares hold for any prefix of the run (a recording cut short).
+//! The stack is `main → cpu_mix_run → cpu_mix_{alpha,beta,gamma}`; all three levels are
+//! `#[no_mangle]` and `#[inline(never)]`, so their symbol names are plain and identical in
+//! every build (with or without frame pointers, by cargo or by `rustc` directly).
+//!
+//! This file is self-contained (no dependencies, no sibling modules): `flamerec-samples`
+//! compiles it directly with `rustc` as well as through cargo.
+
+use std::hint::black_box;
+use std::process::ExitCode;
+
+/// Units of work run when `--units` is not given; calibrated to about 1 s at opt-level 3
+/// (3.5 µs per unit on a 2-core AMD EPYC VM).
+const DEFAULT_UNITS: u64 = 285_000;
+
+/// Units per round for each function; their ratio is the expected profile.
+const ALPHA_UNITS: u64 = 5;
+const BETA_UNITS: u64 = 3;
+const GAMMA_UNITS: u64 = 2;
+const UNITS_PER_ROUND: u64 = ALPHA_UNITS + BETA_UNITS + GAMMA_UNITS;
+
+/// Xorshift steps over the whole state per unit: large enough that call overhead is noise.
+const STEPS_PER_UNIT: u32 = 1024;
+
+type State = [u64; 8];
+
+const SEED: State = [
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7344,
+    0xa409_3822_299f_31d0,
+    0x082e_fa98_ec4e_6c89,
+    0x4528_21e6_38d0_1377,
+    0xbe54_66cf_34e9_0c6c,
+    0xc0ac_29b7_c97c_50dd,
+    0x3f84_d5b5_b547_0917,
+];
+
+/// The loop body shared by all three functions, inlined into each so its samples count as
+/// their self time. `SALT` differs per caller only so that LLVM cannot merge the three
+/// functions into one symbol; it is an equally sized constant, so the cost is identical.
+#[inline(always)]
+fn units_of_work<const SALT: u64>(state: &mut State, units: u64) {
+    for _ in 0..units {
+        // Opaque per unit: the compiler can neither fold units together nor skip one.
+        let state = black_box(&mut *state);
+        for _ in 0..STEPS_PER_UNIT {
+            for word in state.iter_mut() {
+                let mut x = *word;
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *word = x ^ SALT;
+            }
+        }
+    }
+}
+
+/// 50% of the work.
+#[no_mangle]
+#[inline(never)]
+fn cpu_mix_alpha(state: &mut State, units: u64) {
+    units_of_work::<0x9e37_79b9_7f4a_7c15>(state, units);
+}
+
+/// 30% of the work.
+#[no_mangle]
+#[inline(never)]
+fn cpu_mix_beta(state: &mut State, units: u64) {
+    units_of_work::<0xbf58_476d_1ce4_e5b9>(state, units);
+}
+
+/// 20% of the work.
+#[no_mangle]
+#[inline(never)]
+fn cpu_mix_gamma(state: &mut State, units: u64) {
+    units_of_work::<0x94d0_49bb_1331_11eb>(state, units);
+}
+
+/// Runs `units` units (rounded up to whole rounds) and returns a checksum of the state.
+#[no_mangle]
+#[inline(never)]
+fn cpu_mix_run(units: u64) -> u64 {
+    let mut state = SEED;
+    for _ in 0..units.div_ceil(UNITS_PER_ROUND) {
+        cpu_mix_alpha(&mut state, ALPHA_UNITS);
+        cpu_mix_beta(&mut state, BETA_UNITS);
+        cpu_mix_gamma(&mut state, GAMMA_UNITS);
+    }
+    state.iter().fold(0, |acc, word| acc ^ word)
+}
+
+fn parse_units(mut args: impl Iterator<Item = String>) -> Result<u64, String> {
+    let mut units = DEFAULT_UNITS;
+    while let Some(arg) = args.next() {
+        let value = match arg.as_str() {
+            "--units" => args.next().ok_or("--units needs a value")?,
+            other => match other.strip_prefix("--units=") {
+                Some(value) => value.to_owned(),
+                None => return Err(format!("unexpected argument {other:?}")),
+            },
+        };
+        units = value
+            .parse()
+            .map_err(|_| format!("--units: {value:?} is not a non-negative integer"))?;
+    }
+    Ok(units)
+}
+
+fn main() -> ExitCode {
+    match parse_units(std::env::args().skip(1)) {
+        Ok(units) => {
+            black_box(cpu_mix_run(units));
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("cpu-mix: {message}\nusage: cpu-mix [--units N]   (default {DEFAULT_UNITS})");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,572 @@
+//! Workloads whose profile is known by construction, and a builder for them.
+//!
+//! Each workload is one self-contained Rust source file under `src/bin/` (no dependencies,
+//! no sibling modules), so it is both a cargo `[[bin]]` of this crate — for the README demo —
+//! and a file that [`build`] compiles directly with `rustc`, with or without frame pointers.
+//! Tests record the built binary with the profiler and compare the shares of its named
+//! functions with [`Sample::expected`], within [`TOLERANCE_PCT`].
+//!
+//! This crate owns the workloads and how they are compiled; it must not depend on the
+//! profiler's crates, so that a profiler bug can never change what a workload does.
+//!
+//! Adding a workload: write `src/bin/NAME.rs` in the same pattern (named work functions
+//! `#[no_mangle]` and `#[inline(never)]`, one work-size flag, a default of about one
+//! second), add a [`Sample`] variant and its arms, and describe it in the README.
+
+use std::collections::hash_map::DefaultHasher;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How far a measured share may be from the expected one, in percentage points.
+pub const TOLERANCE_PCT: f64 = 5.0;
+
+/// A workload with a known profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Sample {
+    /// `cpu-mix`: CPU work split 50/30/20 by work units across `cpu_mix_alpha`,
+    /// `cpu_mix_beta` and `cpu_mix_gamma`, called in interleaved rounds from `cpu_mix_run`.
+    /// Work size: `--units N` (default 285,000 ≈ 1 s).
+    CpuMix,
+    /// `syscall-loop`: `read` 64 KiB from `/dev/zero` and `write` them to `/dev/null`, over
+    /// and over, from `syscall_loop_run` through `syscall_loop_read` / `syscall_loop_write`;
+    /// nearly all time is kernel time. Work size: `--iterations N` (default 1,200,000 ≈ 1 s).
+    SyscallLoop,
+}
+
+/// Which share of the samples an [`ExpectedShare`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShareKind {
+    /// Samples whose leaf (innermost) frame is the function — `self_pct` in the JSON summary.
+    SelfPct,
+    /// Samples with the function anywhere in their stack, counted once — `total_pct`.
+    TotalPct,
+}
+
+/// One line of a sample's expected profile: a function and its share of all the samples
+/// of the workload's process, in percent, to be matched within [`TOLERANCE_PCT`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExpectedShare {
+    /// Plain (unmangled, `#[no_mangle]`) symbol name of the function.
+    pub function: &'static str,
+    /// Whether `pct` is a self or a total share.
+    pub kind: ShareKind,
+    /// Expected share in percent of all samples (0–100).
+    pub pct: f64,
+}
+
+impl ExpectedShare {
+    /// Whether a measured share (in percent) is within [`TOLERANCE_PCT`] of the expected one.
+    pub fn matches(&self, measured_pct: f64) -> bool {
+        (measured_pct - self.pct).abs() <= TOLERANCE_PCT
+    }
+}
+
+const CPU_MIX_EXPECTED: &[ExpectedShare] = &[
+    // Rounds of 5 + 3 + 2 units of an identical loop body: the split is exact by
+    // construction (timing each call gives 49.9 / 30.0 / 20.1).
+    ExpectedShare {
+        function: "cpu_mix_alpha",
+        kind: ShareKind::SelfPct,
+        pct: 50.0,
+    },
+    ExpectedShare {
+        function: "cpu_mix_beta",
+        kind: ShareKind::SelfPct,
+        pct: 30.0,
+    },
+    ExpectedShare {
+        function: "cpu_mix_gamma",
+        kind: ShareKind::SelfPct,
+        pct: 20.0,
+    },
+    // Everything but process start-up and exit runs under it; needs full unwinding.
+    ExpectedShare {
+        function: "cpu_mix_run",
+        kind: ShareKind::TotalPct,
+        pct: 100.0,
+    },
+];
+
+const SYSCALL_LOOP_EXPECTED: &[ExpectedShare] = &[
+    // Only this is by construction. How the time splits between read and write depends on
+    // the kernel and CPU (measured ≈ 80 / 20 on a 2-core AMD EPYC VM, kernel 6.1), so it
+    // is left out; see `Sample::min_kernel_pct` for the kernel side.
+    ExpectedShare {
+        function: "syscall_loop_run",
+        kind: ShareKind::TotalPct,
+        pct: 100.0,
+    },
+];
+
+impl Sample {
+    /// Every sample, in a stable order.
+    pub const ALL: &'static [Sample] = &[Sample::CpuMix, Sample::SyscallLoop];
+
+    /// The binary's name, e.g. `cpu-mix` (also the stem of its source file).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Sample::CpuMix => "cpu-mix",
+            Sample::SyscallLoop => "syscall-loop",
+        }
+    }
+
+    /// The path of the sample's source file.
+    pub fn source_path(self) -> &'static Path {
+        Path::new(match self {
+            Sample::CpuMix => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/cpu-mix.rs"),
+            Sample::SyscallLoop => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/syscall-loop.rs"),
+        })
+    }
+
+    /// The expected profile, as shares of all samples of the sample's process when it runs
+    /// its default work size (shorter runs let process start-up weigh in).
+    pub const fn expected(self) -> &'static [ExpectedShare] {
+        match self {
+            Sample::CpuMix => CPU_MIX_EXPECTED,
+            Sample::SyscallLoop => SYSCALL_LOOP_EXPECTED,
+        }
+    }
+
+    /// The least share of samples, in percent, whose leaf frame is in the kernel.
+    ///
+    /// `syscall-loop` measured 86.7% (kernel 6.1, AMD EPYC VM, mitigations on); the bound
+    /// leaves room for kernels with a cheaper syscall entry.
+    pub const fn min_kernel_pct(self) -> f64 {
+        match self {
+            Sample::CpuMix => 0.0,
+            Sample::SyscallLoop => 75.0,
+        }
+    }
+
+    /// Work size when no arguments are given: about one second of CPU on a modern core.
+    pub const fn default_work(self) -> u64 {
+        match self {
+            Sample::CpuMix => 285_000,
+            Sample::SyscallLoop => 1_200_000,
+        }
+    }
+
+    /// The command-line flag that sets the work size.
+    pub const fn work_flag(self) -> &'static str {
+        match self {
+            Sample::CpuMix => "--units",
+            Sample::SyscallLoop => "--iterations",
+        }
+    }
+
+    /// Arguments that make the sample run `work` units of work (see [`Sample::default_work`]).
+    pub fn args(self, work: u64) -> [String; 2] {
+        [self.work_flag().to_owned(), work.to_string()]
+    }
+}
+
+impl fmt::Display for Sample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether a build keeps frame pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FramePointers {
+    /// `-C force-frame-pointers=yes`: stacks unwind by walking `rbp`.
+    Yes,
+    /// The target default (none on x86-64): stacks need DWARF CFI to unwind.
+    No,
+}
+
+/// Why a sample could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The sample's source file could not be read.
+    #[error("cannot read the source of sample {sample} at {}: {source}", path.display())]
+    ReadSource {
+        /// The sample.
+        sample: Sample,
+        /// Its source path.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The cache directory (or a build directory inside it) could not be created.
+    #[error("cannot create the sample build directory {}: {source}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The Rust compiler could not be started.
+    #[error("cannot run the Rust compiler {rustc:?} (set RUSTC to use another): {source}")]
+    SpawnRustc {
+        /// The compiler command (env `RUSTC`, or `rustc`).
+        rustc: OsString,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// The Rust compiler failed.
+    #[error("{rustc:?} failed to build sample {sample} ({status}):\n{stderr}")]
+    Compile {
+        /// The sample.
+        sample: Sample,
+        /// The compiler command.
+        rustc: OsString,
+        /// Its exit status.
+        status: ExitStatus,
+        /// What it printed on stderr.
+        stderr: String,
+    },
+    /// The build directory could not be moved to its place in the cache.
+    #[error("cannot move the built sample {} to {}: {source}", from.display(), to.display())]
+    Install {
+        /// The build directory rustc wrote the binary in.
+        from: PathBuf,
+        /// Its place in the cache.
+        to: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+}
+
+/// Compiles `sample` (or reuses a cached build) and returns the path of the binary.
+///
+/// The cache is `$FLAMEREC_SAMPLES_DIR` if set, else `flamerec-samples/` in the cargo target
+/// directory of the running executable, else in the system temp directory; see
+/// [`build_into`].
+pub fn build(sample: Sample, fp: FramePointers) -> Result<PathBuf, BuildError> {
+    build_into(&cache_dir(), sample, fp)
+}
+
+/// The directory [`build`] keeps binaries in.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("FLAMEREC_SAMPLES_DIR") {
+        return PathBuf::from(dir);
+    }
+    // Cargo marks its target directory with CACHEDIR.TAG; test and bench executables live
+    // a few levels below it (target/[triple/]profile/deps/).
+    let target = std::env::current_exe().ok().and_then(|exe| {
+        exe.ancestors()
+            .skip(1)
+            .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+            .map(Path::to_path_buf)
+    });
+    target
+        .unwrap_or_else(std::env::temp_dir)
+        .join("flamerec-samples")
+}
+
+/// Compiles `sample` into `dir` (created if missing) and returns the path of the binary.
+///
+/// The compiler is env `RUSTC`, or `rustc`; the flags are `-C opt-level=3
+/// -C debuginfo=line-tables-only`, plus `-C force-frame-pointers=yes` for
+/// [`FramePointers::Yes`]. The binary is `DIR/NAME-{fp,nofp}-HASH/NAME`, named like the
+/// sample so its process name is too; HASH covers the compiler command, the flags and the
+/// source text, so an existing binary is reused and a changed source (or compiler setting)
+/// is rebuilt. Safe to call concurrently, from threads or processes: each build compiles
+/// in its own directory, which is renamed into place atomically.
+pub fn build_into(dir: &Path, sample: Sample, fp: FramePointers) -> Result<PathBuf, BuildError> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| OsString::from("rustc"));
+    build_with(&rustc, dir, sample, fp)
+}
+
+fn build_with(
+    rustc: &OsStr,
+    dir: &Path,
+    sample: Sample,
+    fp: FramePointers,
+) -> Result<PathBuf, BuildError> {
+    let source_path = sample.source_path();
+    let source = fs::read(source_path).map_err(|source| BuildError::ReadSource {
+        sample,
+        path: source_path.to_path_buf(),
+        source,
+    })?;
+    let flags = rustc_flags(sample, fp);
+
+    let mut hasher = DefaultHasher::new();
+    (rustc, &flags, &source).hash(&mut hasher);
+    let fp_tag = match fp {
+        FramePointers::Yes => "fp",
+        FramePointers::No => "nofp",
+    };
+    // The binary keeps the sample's own name, so its process name (comm) is the same in
+    // every build; the build settings go into the directory's name.
+    let slot = dir.join(format!(
+        "{}-{fp_tag}-{:016x}",
+        sample.name(),
+        hasher.finish()
+    ));
+    let binary = slot.join(sample.name());
+    if binary.is_file() {
+        return Ok(binary);
+    }
+
+    let work_dir = unique_build_dir(dir, sample)?;
+    let result = compile(rustc, &flags, sample, &work_dir).and_then(|()| {
+        // Renaming a directory onto a non-empty one fails: then a concurrent build won,
+        // and its binary is as good as ours.
+        if fs::rename(&work_dir, &slot).is_ok() || binary.is_file() {
+            return Ok(binary.clone());
+        }
+        // Something without the binary is in the way (a file, a half-deleted directory):
+        // clear it and try once more.
+        let _ = fs::remove_file(&slot).or_else(|_| fs::remove_dir_all(&slot));
+        match fs::rename(&work_dir, &slot) {
+            Ok(()) => Ok(binary.clone()),
+            Err(_) if binary.is_file() => Ok(binary.clone()),
+            Err(source) => Err(BuildError::Install {
+                from: work_dir.clone(),
+                to: slot.clone(),
+                source,
+            }),
+        }
+    });
+    if work_dir.exists() {
+        // Only litter if this fails; the build's own result matters more.
+        let _ = fs::remove_dir_all(&work_dir);
+    }
+    result
+}
+
+fn rustc_flags(sample: Sample, fp: FramePointers) -> Vec<&'static str> {
+    let mut flags = vec![
+        "--edition=2021",
+        "--crate-type=bin",
+        "-Copt-level=3",
+        "-Cdebuginfo=line-tables-only",
+    ];
+    if fp == FramePointers::Yes {
+        flags.push("-Cforce-frame-pointers=yes");
+    }
+    // rustc would derive the crate name from the file stem, which has dashes.
+    flags.push(match sample {
+        Sample::CpuMix => "--crate-name=cpu_mix",
+        Sample::SyscallLoop => "--crate-name=syscall_loop",
+    });
+    flags
+}
+
+/// Creates a fresh directory for one build, so concurrent builds never share rustc's
+/// intermediate files.
+fn unique_build_dir(dir: &Path, sample: Sample) -> Result<PathBuf, BuildError> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    fs::create_dir_all(dir).map_err(|source| BuildError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(
+            ".build-{}-{}-{n}",
+            sample.name(),
+            std::process::id()
+        ));
+        match fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            // Left behind by an earlier process with the same pid: take the next number.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(BuildError::CreateDir { path, source }),
+        }
+    }
+}
+
+fn compile(
+    rustc: &OsStr,
+    flags: &[&str],
+    sample: Sample,
+    work_dir: &Path,
+) -> Result<(), BuildError> {
+    let output = Command::new(rustc)
+        .args(flags)
+        .arg("-o")
+        .arg(work_dir.join(sample.name()))
+        .arg(sample.source_path())
+        .output()
+        .map_err(|source| BuildError::SpawnRustc {
+            rustc: rustc.to_owned(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(BuildError::Compile {
+            sample,
+            rustc: rustc.to_owned(),
+            status: output.status,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(binary: &Path, args: &[String]) -> std::process::Output {
+        Command::new(binary)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()))
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn cpu_mix_builds_and_runs_with_and_without_frame_pointers() {
+        let mut binaries = Vec::new();
+        for fp in [FramePointers::Yes, FramePointers::No] {
+            let binary = build(Sample::CpuMix, fp).expect("build cpu-mix");
+            let output = run(&binary, &Sample::CpuMix.args(100));
+            assert!(output.status.success(), "{fp:?}: {output:?}");
+            assert!(
+                output.stdout.is_empty(),
+                "cpu-mix prints nothing: {output:?}"
+            );
+            let bytes = fs::read(&binary).expect("read binary");
+            for name in [
+                "cpu_mix_run",
+                "cpu_mix_alpha",
+                "cpu_mix_beta",
+                "cpu_mix_gamma",
+            ] {
+                assert!(
+                    contains(&bytes, name.as_bytes()),
+                    "{fp:?}: no symbol {name}"
+                );
+            }
+            binaries.push(binary);
+        }
+        assert_ne!(binaries[0], binaries[1]);
+    }
+
+    #[test]
+    fn syscall_loop_builds_and_runs() {
+        let binary = build(Sample::SyscallLoop, FramePointers::Yes).expect("build syscall-loop");
+        let output = run(&binary, &Sample::SyscallLoop.args(100));
+        assert!(output.status.success(), "{output:?}");
+        let bytes = fs::read(&binary).expect("read binary");
+        for name in [
+            "syscall_loop_run",
+            "syscall_loop_read",
+            "syscall_loop_write",
+        ] {
+            assert!(contains(&bytes, name.as_bytes()), "no symbol {name}");
+        }
+    }
+
+    #[test]
+    fn bad_arguments_exit_2() {
+        for &sample in Sample::ALL {
+            let binary = build(sample, FramePointers::No).expect("build");
+            let output = run(&binary, &["--bogus".to_owned()]);
+            assert_eq!(output.status.code(), Some(2), "{sample}: {output:?}");
+            let output = run(&binary, &[sample.work_flag().to_owned(), "x".to_owned()]);
+            assert_eq!(output.status.code(), Some(2), "{sample}: {output:?}");
+        }
+    }
+
+    #[test]
+    fn concurrent_builds_into_a_fresh_dir_agree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths: Vec<PathBuf> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| build_into(dir.path(), Sample::CpuMix, FramePointers::No)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("thread").expect("build"))
+                .collect()
+        });
+        assert!(paths.windows(2).all(|w| w[0] == w[1]), "{paths:?}");
+        let names = |dir: &Path| -> Vec<_> {
+            fs::read_dir(dir)
+                .expect("read dir")
+                .map(|e| e.expect("entry").file_name())
+                .collect()
+        };
+        assert_eq!(names(dir.path()).len(), 1, "{:?}", names(dir.path()));
+        let slot = paths[0].parent().expect("slot dir");
+        assert_eq!(names(slot), ["cpu-mix"], "only the binary is left");
+        // A second call reuses the binary instead of compiling again.
+        let modified = fs::metadata(&paths[0])
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        let again = build_into(dir.path(), Sample::CpuMix, FramePointers::No).expect("build");
+        assert_eq!(again, paths[0]);
+        assert_eq!(
+            fs::metadata(&again)
+                .and_then(|m| m.modified())
+                .expect("mtime"),
+            modified
+        );
+    }
+
+    #[test]
+    fn missing_compiler_is_a_typed_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rustc = OsStr::new("/nonexistent/rustc");
+        let err = build_with(rustc, dir.path(), Sample::CpuMix, FramePointers::Yes).unwrap_err();
+        assert!(matches!(err, BuildError::SpawnRustc { .. }), "{err}");
+        assert!(err.to_string().contains("/nonexistent/rustc"), "{err}");
+    }
+
+    #[test]
+    fn failing_compiler_is_a_typed_error_and_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // `false` exits 1 without output, as a failing compiler would.
+        let err = build_with(
+            OsStr::new("false"),
+            dir.path(),
+            Sample::SyscallLoop,
+            FramePointers::No,
+        )
+        .unwrap_err();
+        assert!(matches!(err, BuildError::Compile { .. }), "{err}");
+        let entries = fs::read_dir(dir.path()).expect("read dir").count();
+        assert_eq!(entries, 0, "a failed build leaves nothing behind");
+    }
+
+    #[test]
+    fn defaults_match_the_sources() {
+        for &sample in Sample::ALL {
+            let source = fs::read_to_string(sample.source_path()).expect("read source");
+            let line = source
+                .lines()
+                .find(|l| l.starts_with("const DEFAULT_") && l.contains(": u64 = "))
+                .unwrap_or_else(|| panic!("{sample}: no DEFAULT_ constant"));
+            let value: u64 = line
+                .split(" = ")
+                .nth(1)
+                .and_then(|v| v.trim_end_matches(';').replace('_', "").parse().ok())
+                .unwrap_or_else(|| panic!("{sample}: cannot parse {line:?}"));
+            assert_eq!(value, sample.default_work(), "{sample}");
+            assert!(
+                source.contains(&format!("\"{}\"", sample.work_flag())),
+                "{sample}"
+            );
+        }
+    }
+
+    #[test]
+    fn expected_self_shares_sum_to_at_most_100() {
+        for &sample in Sample::ALL {
+            let sum: f64 = sample
+                .expected()
+                .iter()
+                .filter(|e| e.kind == ShareKind::SelfPct)
+                .map(|e| e.pct)
+                .sum();
+            assert!(sum <= 100.0 + 1e-9, "{sample}: {sum}");
+        }
+    }
+}
