@@ -20,9 +20,25 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let code = e.downcast_ref::<cmd::Exit>().map_or(1, |x| x.code);
-            let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("flamerec: error: {msg}");
+            eprintln!("flamerec: error: {}", one_line(&e));
             ExitCode::from(code)
         }
     }
+}
+
+/// The error and its causes on one line, skipping causes whose text an
+/// outer message already includes (typed errors often embed their source).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg.replace('\n', " ")
 }

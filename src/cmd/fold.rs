@@ -87,8 +87,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 /// Folds with warnings shown on stderr.
 fn fold(input: &Path, opts: &FoldOptions) -> anyhow::Result<Profile> {
-    let profile =
-        flamerec_fold::fold_recording(input, opts).with_context(|| input.display().to_string())?;
+    let profile = flamerec_fold::fold_recording(input, opts)?; // FoldError messages name the file.
     if let Some(d) = &profile.damage {
         eprintln!("flamerec: warning: {}: {d}", input.display());
     }
