@@ -31,11 +31,13 @@ pub enum FoldError {
         /// What the format reader said.
         source: flamerec_format::FormatError,
     },
-    /// The input is a `perf.data` file, which this version cannot import yet.
-    #[error("{}: perf.data input is not supported yet; record with `flamerec record` instead", path.display())]
+    /// The input starts like a `perf.data` file but cannot be imported.
+    #[error("{}: not a readable perf.data file: {reason}", path.display())]
     PerfData {
         /// The input path.
         path: PathBuf,
+        /// What the perf.data parser said.
+        reason: String,
     },
     /// The symbolization thread pool could not be started.
     #[error("cannot start {jobs} symbolization threads: {reason}")]

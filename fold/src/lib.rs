@@ -14,17 +14,19 @@
 #![forbid(unsafe_code)]
 
 mod aggregate;
+pub mod diff;
 mod error;
 mod names;
 mod output;
+mod perfdata;
 mod profile;
 mod symbolize;
 
 use std::fs::File;
-use std::io::{BufReader, Read};
-use std::path::Path;
+use std::io::{BufReader, Cursor, Read};
+use std::path::{Path, PathBuf};
 
-use flamerec_format::{FormatError, Reader};
+use flamerec_format::Reader;
 
 pub use error::FoldError;
 pub use output::{write_folded, write_json_summary, write_svg, SUMMARY_SCHEMA};
@@ -45,14 +47,24 @@ pub struct FoldOptions {
     pub comms: Vec<String>,
     /// Append `_[k]` to kernel frames, as `stackcollapse-perf --kernel` does.
     pub kernel_suffix: bool,
-    /// Expand inlined functions into frames of their own (default).
-    ///
-    /// Not implemented yet: symbols come from symbol tables only, so each
-    /// frame names the function that holds its code. The symbolizer already
-    /// maps a frame to a list of functions, which is where inlined frames will go.
+    /// Expand inlined functions into frames of their own (default), from
+    /// the DWARF of the binary or of its separate debug file. Without, each
+    /// frame names the function that holds its code.
     pub inline: bool,
     /// Symbolization threads; `None` uses every core.
     pub jobs: Option<usize>,
+    /// Directory of the per-binary symbol cache (keyed by build id); `None`
+    /// for no cache (the default here; the CLI uses [`default_cache_dir`]).
+    pub cache_dir: Option<PathBuf>,
+    /// Roots searched for separate debug files (by build id and by
+    /// `.gnu_debuglink`); default `/usr/lib/debug`.
+    pub debug_dirs: Vec<PathBuf>,
+    /// Where JIT symbol maps `perf-PID.map` are read from; default `/tmp`,
+    /// `None` to ignore them.
+    pub perf_map_dir: Option<PathBuf>,
+    /// Kernel symbols for perf.data input (which carries none); default
+    /// `/proc/kallsyms`, right when folding on the recording machine.
+    pub kallsyms: PathBuf,
 }
 
 impl Default for FoldOptions {
@@ -66,6 +78,10 @@ impl Default for FoldOptions {
             kernel_suffix: false,
             inline: true,
             jobs: None,
+            cache_dir: None,
+            debug_dirs: vec![PathBuf::from(symbolize::DEFAULT_DEBUG_DIR)],
+            perf_map_dir: Some(PathBuf::from("/tmp")),
+            kallsyms: PathBuf::from("/proc/kallsyms"),
         }
     }
 }
@@ -83,16 +99,26 @@ pub fn fold_recording(path: &Path, opts: &FoldOptions) -> Result<Profile, FoldEr
         path: path.to_path_buf(),
         source,
     };
-    let mut reader = match Reader::new(BufReader::with_capacity(1 << 20, file)) {
-        Ok(r) => r,
-        Err(FormatError::NotFrec) if is_perf_data(path) => {
-            return Err(FoldError::PerfData {
-                path: path.to_path_buf(),
-            })
-        }
-        Err(e) => return Err(format_err(e)),
-    };
+    if is_perf_data(path) {
+        let imported = perfdata::import(path, &opts.kallsyms)?;
+        let reader = Reader::new(Cursor::new(imported.bytes)).map_err(format_err)?;
+        let mut profile = fold_reader(reader, path, opts)?;
+        profile.warnings.splice(0..0, imported.warnings);
+        return Ok(profile);
+    }
+    let reader = Reader::new(BufReader::with_capacity(1 << 20, file)).map_err(format_err)?;
+    fold_reader(reader, path, opts)
+}
 
+fn fold_reader<R: Read>(
+    mut reader: Reader<R>,
+    path: &Path,
+    opts: &FoldOptions,
+) -> Result<Profile, FoldError> {
+    let format_err = |source| FoldError::Format {
+        path: path.to_path_buf(),
+        source,
+    };
     let mut aggregator = aggregate::Aggregator::new(opts);
     while let Some(events) = reader.next_events().map_err(format_err)? {
         aggregator.feed(events);
@@ -110,11 +136,18 @@ pub fn fold_recording(path: &Path, opts: &FoldOptions) -> Result<Profile, FoldEr
             jobs,
             reason: e.to_string(),
         })?;
+    let mut pids: Vec<u32> = agg.processes.keys().copied().collect();
+    pids.sort_unstable();
     let names = symbolize::NameOptions {
         kernel_suffix: opts.kernel_suffix,
+        inline: opts.inline,
+        cache_dir: opts.cache_dir.clone(),
+        debug_dirs: opts.debug_dirs.clone(),
+        perf_map_dir: opts.perf_map_dir.clone(),
+        pids,
     };
     let tables = reader.tables();
-    let mut profile = pool.install(|| profile::build(tables, agg, names));
+    let mut profile = pool.install(|| profile::build(tables, agg, &names));
 
     profile.metadata = reader.metadata().clone();
     profile.totals = reader.totals().cloned();
@@ -130,6 +163,12 @@ pub fn fold_recording(path: &Path, opts: &FoldOptions) -> Result<Profile, FoldEr
         }
     }
     Ok(profile)
+}
+
+/// The default symbol cache directory, `$HOME/.cache/flamerec`, or `None`
+/// when `$HOME` is unset or empty.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    symbolize::default_cache_dir()
 }
 
 /// Whether the file starts with the perf.data magic.

@@ -71,7 +71,7 @@ pub struct FunctionStats {
 
 /// Symbolizes what `agg` references and assembles the profile (without the
 /// recording-level fields, which the caller fills in).
-pub(crate) fn build(tables: &Tables, agg: Aggregate, opts: NameOptions) -> Profile {
+pub(crate) fn build(tables: &Tables, agg: Aggregate, opts: &NameOptions) -> Profile {
     let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
     let symbols = symbolize::symbolize(tables, &used, opts);
 

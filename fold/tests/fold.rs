@@ -2,6 +2,7 @@
 //! crate's `Writer`, whose user frames point into this very test binary (a
 //! real ELF on disk) and whose kernel frames use embedded kernel symbols.
 
+mod dwarf;
 mod support;
 
 use flamerec_fold::{fold_recording, write_json_summary, write_svg, FoldError, FoldOptions};
@@ -483,4 +484,39 @@ fn mutated_recordings_fold_or_fail_cleanly() {
             }
         }
     }
+}
+
+#[test]
+fn anonymous_frames_are_named_from_the_processes_perf_maps() {
+    let dir = tempfile::tempdir().expect("dir");
+    std::fs::write(
+        dir.path().join("perf-4242.map"),
+        "7f0000001000 100 LazyCompile:~hot app.js:3\n7f0000002000 10 stub;with;semis\n",
+    )
+    .expect("write map");
+    let mut w = writer();
+    let anon = w.module(&Module {
+        kind: ModuleKind::Anonymous,
+        path: "[anon]".into(),
+        build_id: Vec::new(),
+    });
+    let f = [0x7f00_0000_1010u64, 0x7f00_0000_2004, 0x7f00_0000_3000]
+        .map(|address| w.frame(Frame { module: anon, address }));
+    let s = w.stack(&f);
+    w.comm(0, 4242, 4242, "node", true);
+    w.sample(sample(4242, 4242, s, 1));
+    let bytes = finish(w);
+    let with_maps = FoldOptions {
+        perf_map_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    assert_eq!(
+        folded(&fold_bytes(&bytes, &with_maps)),
+        "node;LazyCompile:~hot app.js:3;stub:with:semis;[anon]+0x7f0000003000 1\n"
+    );
+    let without = FoldOptions {
+        perf_map_dir: None,
+        ..Default::default()
+    };
+    assert!(folded(&fold_bytes(&bytes, &without)).starts_with("node;[anon]+0x7f0000001010;"));
 }

@@ -98,9 +98,14 @@ pub struct RecordOptions {
     pub keep_profiler_frames: bool,
     /// More kernel symbols to trim from the leaf end.
     pub trim: Vec<String>,
-    /// Data pages per CPU ring buffer (a power of two).
-    pub mmap_pages: usize,
+    /// Data pages per CPU ring buffer (a power of two); `None` picks by mode.
+    pub mmap_pages: Option<usize>,
+    /// Bytes of user stack copied per sample in dwarf mode.
+    pub stack_size: u32,
 }
+
+/// Default bytes of user stack copied per sample in dwarf mode (see DESIGN.md).
+pub const DEFAULT_STACK_SIZE: u32 = 16384;
 
 impl Default for RecordOptions {
     fn default() -> Self {
@@ -114,7 +119,8 @@ impl Default for RecordOptions {
             kernel: true,
             keep_profiler_frames: false,
             trim: Vec::new(),
-            mmap_pages: 128,
+            mmap_pages: None,
+            stack_size: DEFAULT_STACK_SIZE,
         }
     }
 }
@@ -150,6 +156,8 @@ pub struct RecordSummary {
     /// How the started command ended (None without a command, or when
     /// recording was stopped before it ended).
     pub exit: Option<WaitStatus>,
+    /// User stacks whose unwinding stopped before the entry point (dwarf mode).
+    pub truncated_stacks: u64,
     /// Warnings to show the user.
     pub warnings: Vec<String>,
 }

@@ -85,6 +85,10 @@ pub struct SampleRecord<'a> {
     pub period: u64,
     /// Raw callchain: native-endian u64s, context markers included.
     pub callchain: &'a [u8],
+    /// User registers (bp, sp, ip) when the sample has them.
+    pub user_regs: Option<[u64; 3]>,
+    /// The valid part of the user stack copy.
+    pub user_stack: &'a [u8],
 }
 
 impl SampleRecord<'_> {
@@ -251,6 +255,8 @@ impl Layout {
             cpu: 0,
             period: 0,
             callchain: &[],
+            user_regs: None,
+            user_stack: &[],
         };
         if st & sample::IP != 0 {
             s.ip = b.u64()?;
@@ -272,6 +278,26 @@ impl Layout {
         if st & sample::CALLCHAIN != 0 {
             let nr = usize::try_from(b.u64()?).ok()?;
             s.callchain = b.take(nr.checked_mul(8)?)?;
+        }
+        if st & sample::RAW != 0 {
+            let n = b.u32()? as usize;
+            b.take(n)?;
+        }
+        if st & sample::REGS_USER != 0 {
+            let abi = b.u64()?;
+            if abi != 0 {
+                // Exactly the three registers flamerec asks for, in bit order.
+                let (bp, sp, ip) = (b.u64()?, b.u64()?, b.u64()?);
+                s.user_regs = Some([bp, sp, ip]);
+            }
+        }
+        if st & sample::STACK_USER != 0 {
+            let size = usize::try_from(b.u64()?).ok()?;
+            if size != 0 {
+                let data = b.take(size)?;
+                let dyn_size = usize::try_from(b.u64()?).ok()?;
+                s.user_stack = &data[..dyn_size.min(size)];
+            }
         }
         Some(s)
     }

@@ -12,6 +12,8 @@ use flamerec_format::{
     Frame, FrameId, Mapping, Metadata, Module, ModuleId, ModuleKind, Sample, Totals, Writer,
 };
 
+use flamerec_unwind::{StackUnwinder, UserRegs};
+
 use crate::kallsyms::{is_sampling_path, is_scheduler, AddressRanges, Kallsyms};
 use crate::launch::{c_strings, find_program};
 use crate::parse::{split, Layout, PerfRecord, SampleRecord};
@@ -23,6 +25,8 @@ use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSu
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How long the loop sleeps when no buffer is near its watermark.
 const POLL_MS: i32 = 100;
+/// A perf record is at most 64 KiB; the stack copy must leave room for the rest.
+const MAX_STACK_SIZE: u32 = 60 * 1024;
 
 struct Event {
     fd: std::os::fd::OwnedFd,
@@ -43,10 +47,11 @@ pub fn record(
             ))
         }
     };
-    if opts.call_graph == CallGraph::Dwarf {
-        return Err(RecordError::Unsupported(
-            "-g dwarf is not supported yet; use -g fp".into(),
-        ));
+    let dwarf = opts.call_graph == CallGraph::Dwarf;
+    if dwarf && (opts.stack_size < 8 || opts.stack_size > MAX_STACK_SIZE) {
+        return Err(RecordError::Unsupported(format!(
+            "--stack-size must be between 8 and {MAX_STACK_SIZE} bytes"
+        )));
     }
     let counter = match opts.event {
         EventKind::CpuClock => Counter::CpuClock,
@@ -98,13 +103,22 @@ pub fn record(
         what: "cannot fork".into(),
         source: e,
     })?;
-    let sample_type = sys::sample::IP
+    let mut sample_type = sys::sample::IP
         | sys::sample::TID
         | sys::sample::TIME
         | sys::sample::CPU
         | sys::sample::PERIOD
         | sys::sample::CALLCHAIN;
-    let pages = opts.mmap_pages.max(1).next_power_of_two();
+    if dwarf {
+        sample_type |= sys::sample::REGS_USER | sys::sample::STACK_USER;
+    }
+    // Dwarf samples carry a stack copy each: give the ring room for ~100 ms of them.
+    let default_pages = if dwarf { 1024 } else { 128 };
+    let pages = opts
+        .mmap_pages
+        .unwrap_or(default_pages)
+        .max(1)
+        .next_power_of_two();
     let cfg = EventConfig {
         counter,
         frequency: opts.frequency,
@@ -115,6 +129,9 @@ pub fn record(
         side_band: true,
         max_stack: 0,
         wakeup_bytes: (pages * sys::page_size() / 4) as u32,
+        exclude_callchain_user: dwarf,
+        sample_regs_user: if dwarf { sys::REGS_BP_SP_IP } else { 0 },
+        sample_stack_user: if dwarf { opts.stack_size & !7 } else { 0 },
     };
     let mut events = Vec::new();
     for cpu in crate::online_cpus() {
@@ -219,7 +236,9 @@ pub fn record(
     for id in sig_ids {
         signal_hook::low_level::unregister(id);
     }
+    let truncated_stacks = st.unwinder.as_ref().map_or(0, |u| u.stats().truncated);
     let totals = Totals {
+        truncated_stacks,
         lost_samples: st.lost,
         duration_ns: duration.as_nanos() as u64,
         processes: st.pids.len() as u64,
@@ -253,6 +272,7 @@ pub fn record(
         bytes,
         output: opts.output.clone(),
         exit,
+        truncated_stacks,
         warnings,
     })
 }
@@ -321,6 +341,8 @@ struct State<W: io::Write> {
     tids: HashSet<u32>,
     warnings: Vec<String>,
     frames: Vec<FrameId>,
+    unwinder: Option<StackUnwinder>,
+    user_addrs: Vec<u64>,
 }
 
 impl<W: io::Write> State<W> {
@@ -371,6 +393,8 @@ impl<W: io::Write> State<W> {
             tids: HashSet::new(),
             warnings,
             frames: Vec::new(),
+            unwinder: (opts.call_graph == CallGraph::Dwarf).then(new_unwinder),
+            user_addrs: Vec::new(),
         }
     }
 
@@ -419,6 +443,10 @@ impl<W: io::Write> State<W> {
             } => {
                 let module = module_for(filename, build_id.unwrap_or(&[]));
                 let kind = module.kind;
+                if let Some(u) = &mut self.unwinder {
+                    let end = addr.saturating_add(len);
+                    u.add_mapping(pid, addr, end, pgoff, filename, &module.build_id);
+                }
                 let id = self.writer.module(&module);
                 self.procs.map(pid, addr, len, pgoff, id, kind);
                 let time_ns = self.rel(time);
@@ -440,6 +468,9 @@ impl<W: io::Write> State<W> {
             } => {
                 if exec {
                     self.procs.exec(pid);
+                    if let Some(u) = &mut self.unwinder {
+                        u.exec(pid);
+                    }
                 }
                 self.seen(pid, tid);
                 let t = self.rel(time);
@@ -458,6 +489,9 @@ impl<W: io::Write> State<W> {
                     self.writer.exit(t, pid, tid);
                 } else {
                     self.procs.fork(ppid, pid);
+                    if let Some(u) = &mut self.unwinder {
+                        u.fork(ppid, pid);
+                    }
                     self.seen(pid, tid);
                     self.writer.fork(t, pid, ppid, tid, ptid);
                 }
@@ -530,6 +564,21 @@ impl<W: io::Write> State<W> {
                 frames.push(self.writer.frame(frame));
             }
         }
+        if let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) {
+            let mut addrs = std::mem::take(&mut self.user_addrs);
+            addrs.clear();
+            u.unwind(s.pid, UserRegs { ip, sp, bp }, s.user_stack, &mut addrs);
+            for (i, &a) in addrs.iter().enumerate() {
+                // Return addresses step back into the call instruction.
+                let addr = if i == 0 { a } else { a.wrapping_sub(1) };
+                let frame = self.procs.resolve(s.pid, addr).unwrap_or(Frame {
+                    module: self.unknown_module,
+                    address: addr,
+                });
+                frames.push(self.writer.frame(frame));
+            }
+            self.user_addrs = addrs;
+        }
         if frames.is_empty() && s.ip != 0 {
             let f = if s.ip >= 1 << 63 {
                 self.kernel_frame(s.ip)
@@ -565,4 +614,31 @@ fn record_time(r: &PerfRecord<'_>) -> u64 {
         | PerfRecord::Lost { time, .. } => *time,
         PerfRecord::Throttle | PerfRecord::Other => 0,
     }
+}
+
+/// An unwinder that also knows this kernel's vDSO, read from our own
+/// address space (every process maps the same image).
+fn new_unwinder() -> StackUnwinder {
+    let mut u = StackUnwinder::new();
+    if let Some(image) = own_vdso() {
+        u.add_image("[vdso]", &image);
+    }
+    u
+}
+
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let range = line.split_whitespace().next()?;
+    let (a, b) = range.split_once('-')?;
+    let (start, end) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+    let len = usize::try_from(end.checked_sub(start)?).ok()?;
+    if len > 1 << 20 {
+        return None;
+    }
+    let mem = File::open("/proc/self/mem").ok()?;
+    let mut buf = vec![0u8; len];
+    mem.read_exact_at(&mut buf, start).ok()?;
+    Some(buf)
 }

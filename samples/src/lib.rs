@@ -38,6 +38,28 @@ pub enum Sample {
     /// and over, from `syscall_loop_run` through `syscall_loop_read` / `syscall_loop_write`;
     /// nearly all time is kernel time. Work size: `--iterations N` (default 1,200,000 ≈ 1 s).
     SyscallLoop,
+    /// `threads`: three threads (`worker-a`, `-b`, `-c`) doing 1 : 2 : 3 sixths of the work
+    /// in `threads_worker_a`, `threads_worker_b` and `threads_worker_c`; the main thread only
+    /// waits. Work size: `--units N` (default 285,000 ≈ 1 s of CPU in all).
+    Threads,
+    /// `proc-tree`: a parent (`proc_tree_parent`, 20%), a fork + exec'd child
+    /// (`proc_tree_child`, 30%) and a shell pipeline of a producer (`proc_tree_producer`,
+    /// 25%) into a consumer (`proc_tree_consumer`, 25%), all processes of the same binary.
+    /// Work size: `--units N` (default 285,000 ≈ 1 s of CPU in all).
+    ProcTree,
+    /// `sleeper`: rounds of CPU work in `sleeper_spin` (≈ 20 ms), a 20 ms sleep in
+    /// `sleeper_short` and a 60 ms sleep in `sleeper_long`: off CPU 25 / 75%, on CPU nearly
+    /// all `sleeper_spin`. Work size: `--rounds N` (default 10 ≈ 1 s of wall time).
+    Sleeper,
+    /// `inline-heavy`: the split of cpu-mix (50/30/20) in `#[inline(always)]` helpers
+    /// `inline_heavy_alpha`, `_beta`, `_gamma`, all inlined into `inline_heavy_run`; built
+    /// with full debug info so that the inlined frames can be recovered. Work size:
+    /// `--units N` (default 285,000 ≈ 1 s).
+    InlineHeavy,
+    /// `recursion`: `recursion_descend` recursing 250 levels (251 frames) below
+    /// `recursion_run`, with all the work in `recursion_leaf` at the bottom. Work size:
+    /// `--units N` (default 285,000 ≈ 1 s).
+    Recursion,
 }
 
 /// Which share of the samples an [`ExpectedShare`] is about.
@@ -105,15 +127,222 @@ const SYSCALL_LOOP_EXPECTED: &[ExpectedShare] = &[
     },
 ];
 
+/// Which kind of task an [`ExpectedTask`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskKind {
+    /// A process: `fold --per-process` roots (`comm-PID`).
+    Process,
+    /// A thread: `fold --per-thread` roots (`comm-PID/TID`).
+    Thread,
+}
+
+/// How a sample's work splits across its processes or threads: the one task whose samples
+/// contain `function` holds `pct` percent of all the samples (within [`TOLERANCE_PCT`]),
+/// and each function of a sample's list runs in a different task.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExpectedTask {
+    /// The function only this task runs (plain symbol name).
+    pub function: &'static str,
+    /// Whether the task is a process or a thread.
+    pub kind: TaskKind,
+    /// Expected share of the task in percent of all samples (0–100).
+    pub pct: f64,
+}
+
+impl ExpectedTask {
+    /// Whether a measured share (in percent) is within [`TOLERANCE_PCT`] of the expected one.
+    pub fn matches(&self, measured_pct: f64) -> bool {
+        (measured_pct - self.pct).abs() <= TOLERANCE_PCT
+    }
+}
+
+/// A stack depth a sample reaches: in (nearly) every sample with `leaf` as its leaf, the
+/// stack holds `function` at least `frames` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpectedDepth {
+    /// The function that recurses.
+    pub function: &'static str,
+    /// How many frames of it a whole stack holds.
+    pub frames: usize,
+    /// The function at the bottom of the recursion, where the work is.
+    pub leaf: &'static str,
+}
+
+/// How much debug information a sample is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DebugInfo {
+    /// `-C debuginfo=line-tables-only`: function names and lines, no inlined frames.
+    LineTables,
+    /// `-C debuginfo=2`: everything, including inlined subroutines.
+    Full,
+}
+
+const THREADS_EXPECTED: &[ExpectedShare] = &[
+    // 1 : 2 : 3 sixths of identical units.
+    ExpectedShare {
+        function: "threads_worker_a",
+        kind: ShareKind::SelfPct,
+        pct: 100.0 / 6.0,
+    },
+    ExpectedShare {
+        function: "threads_worker_b",
+        kind: ShareKind::SelfPct,
+        pct: 200.0 / 6.0,
+    },
+    ExpectedShare {
+        function: "threads_worker_c",
+        kind: ShareKind::SelfPct,
+        pct: 50.0,
+    },
+];
+
+const THREADS_TASKS: &[ExpectedTask] = &[
+    ExpectedTask {
+        function: "threads_worker_a",
+        kind: TaskKind::Thread,
+        pct: 100.0 / 6.0,
+    },
+    ExpectedTask {
+        function: "threads_worker_b",
+        kind: TaskKind::Thread,
+        pct: 200.0 / 6.0,
+    },
+    ExpectedTask {
+        function: "threads_worker_c",
+        kind: TaskKind::Thread,
+        pct: 50.0,
+    },
+];
+
+const PROC_TREE_EXPECTED: &[ExpectedShare] = &[
+    // 4 : 6 : 5 : 5 twentieths of identical units.
+    ExpectedShare {
+        function: "proc_tree_parent",
+        kind: ShareKind::SelfPct,
+        pct: 20.0,
+    },
+    ExpectedShare {
+        function: "proc_tree_child",
+        kind: ShareKind::SelfPct,
+        pct: 30.0,
+    },
+    ExpectedShare {
+        function: "proc_tree_producer",
+        kind: ShareKind::SelfPct,
+        pct: 25.0,
+    },
+    ExpectedShare {
+        function: "proc_tree_consumer",
+        kind: ShareKind::SelfPct,
+        pct: 25.0,
+    },
+];
+
+const PROC_TREE_TASKS: &[ExpectedTask] = &[
+    ExpectedTask {
+        function: "proc_tree_parent",
+        kind: TaskKind::Process,
+        pct: 20.0,
+    },
+    ExpectedTask {
+        function: "proc_tree_child",
+        kind: TaskKind::Process,
+        pct: 30.0,
+    },
+    ExpectedTask {
+        function: "proc_tree_producer",
+        kind: TaskKind::Process,
+        pct: 25.0,
+    },
+    ExpectedTask {
+        function: "proc_tree_consumer",
+        kind: TaskKind::Process,
+        pct: 25.0,
+    },
+];
+
+const SLEEPER_EXPECTED: &[ExpectedShare] = &[
+    // On CPU only the spin works; start-up and the wake-ups are a few samples of ~200.
+    ExpectedShare {
+        function: "sleeper_spin",
+        kind: ShareKind::SelfPct,
+        pct: 100.0,
+    },
+];
+
+const SLEEPER_OFF_CPU_EXPECTED: &[ExpectedShare] = &[
+    // Sleeps of 20 and 60 ms per round; the spin never blocks.
+    ExpectedShare {
+        function: "sleeper_short",
+        kind: ShareKind::TotalPct,
+        pct: 25.0,
+    },
+    ExpectedShare {
+        function: "sleeper_long",
+        kind: ShareKind::TotalPct,
+        pct: 75.0,
+    },
+];
+
+const INLINE_HEAVY_EXPECTED: &[ExpectedShare] = &[
+    // As cpu-mix, but the leaves are inlined frames: they need DWARF inline information.
+    ExpectedShare {
+        function: "inline_heavy_alpha",
+        kind: ShareKind::SelfPct,
+        pct: 50.0,
+    },
+    ExpectedShare {
+        function: "inline_heavy_beta",
+        kind: ShareKind::SelfPct,
+        pct: 30.0,
+    },
+    ExpectedShare {
+        function: "inline_heavy_gamma",
+        kind: ShareKind::SelfPct,
+        pct: 20.0,
+    },
+    ExpectedShare {
+        function: "inline_heavy_run",
+        kind: ShareKind::TotalPct,
+        pct: 100.0,
+    },
+];
+
+const RECURSION_EXPECTED: &[ExpectedShare] = &[
+    ExpectedShare {
+        function: "recursion_leaf",
+        kind: ShareKind::SelfPct,
+        pct: 100.0,
+    },
+    ExpectedShare {
+        function: "recursion_descend",
+        kind: ShareKind::TotalPct,
+        pct: 100.0,
+    },
+];
+
 impl Sample {
     /// Every sample, in a stable order.
-    pub const ALL: &'static [Sample] = &[Sample::CpuMix, Sample::SyscallLoop];
+    pub const ALL: &'static [Sample] = &[
+        Sample::CpuMix,
+        Sample::SyscallLoop,
+        Sample::Threads,
+        Sample::ProcTree,
+        Sample::Sleeper,
+        Sample::InlineHeavy,
+        Sample::Recursion,
+    ];
 
     /// The binary's name, e.g. `cpu-mix` (also the stem of its source file).
     pub const fn name(self) -> &'static str {
         match self {
             Sample::CpuMix => "cpu-mix",
             Sample::SyscallLoop => "syscall-loop",
+            Sample::Threads => "threads",
+            Sample::ProcTree => "proc-tree",
+            Sample::Sleeper => "sleeper",
+            Sample::InlineHeavy => "inline-heavy",
+            Sample::Recursion => "recursion",
         }
     }
 
@@ -122,15 +351,66 @@ impl Sample {
         Path::new(match self {
             Sample::CpuMix => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/cpu-mix.rs"),
             Sample::SyscallLoop => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/syscall-loop.rs"),
+            Sample::Threads => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/threads.rs"),
+            Sample::ProcTree => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/proc-tree.rs"),
+            Sample::Sleeper => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/sleeper.rs"),
+            Sample::InlineHeavy => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/inline-heavy.rs"),
+            Sample::Recursion => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/recursion.rs"),
         })
     }
 
-    /// The expected profile, as shares of all samples of the sample's process when it runs
-    /// its default work size (shorter runs let process start-up weigh in).
+    /// The expected on-CPU profile (`cpu-clock`, `task-clock`), as shares of all samples of
+    /// the sample's processes when it runs its default work size (shorter runs let process
+    /// start-up weigh in).
     pub const fn expected(self) -> &'static [ExpectedShare] {
         match self {
             Sample::CpuMix => CPU_MIX_EXPECTED,
             Sample::SyscallLoop => SYSCALL_LOOP_EXPECTED,
+            Sample::Threads => THREADS_EXPECTED,
+            Sample::ProcTree => PROC_TREE_EXPECTED,
+            Sample::Sleeper => SLEEPER_EXPECTED,
+            Sample::InlineHeavy => INLINE_HEAVY_EXPECTED,
+            Sample::Recursion => RECURSION_EXPECTED,
+        }
+    }
+
+    /// The expected off-CPU profile (`-e off-cpu`), as shares of the total blocked time
+    /// (the sum of the sample weights); empty when the sample's blocking is incidental.
+    pub const fn expected_off_cpu(self) -> &'static [ExpectedShare] {
+        match self {
+            Sample::Sleeper => SLEEPER_OFF_CPU_EXPECTED,
+            _ => &[],
+        }
+    }
+
+    /// How the on-CPU samples split across processes or threads; empty for a sample that
+    /// runs in one thread (or whose other threads are incidental).
+    pub const fn tasks(self) -> &'static [ExpectedTask] {
+        match self {
+            Sample::Threads => THREADS_TASKS,
+            Sample::ProcTree => PROC_TREE_TASKS,
+            _ => &[],
+        }
+    }
+
+    /// The stack depth a whole stack of this sample reaches, if that is the point of it.
+    pub const fn expected_depth(self) -> Option<ExpectedDepth> {
+        match self {
+            // 250 levels below the first call: 251 frames.
+            Sample::Recursion => Some(ExpectedDepth {
+                function: "recursion_descend",
+                frames: 251,
+                leaf: "recursion_leaf",
+            }),
+            _ => None,
+        }
+    }
+
+    /// How much debug information [`build`] compiles the sample with.
+    pub const fn debug_info(self) -> DebugInfo {
+        match self {
+            Sample::InlineHeavy => DebugInfo::Full,
+            _ => DebugInfo::LineTables,
         }
     }
 
@@ -140,24 +420,34 @@ impl Sample {
     /// leaves room for kernels with a cheaper syscall entry.
     pub const fn min_kernel_pct(self) -> f64 {
         match self {
-            Sample::CpuMix => 0.0,
             Sample::SyscallLoop => 75.0,
+            _ => 0.0,
         }
     }
 
     /// Work size when no arguments are given: about one second of CPU on a modern core.
     pub const fn default_work(self) -> u64 {
         match self {
-            Sample::CpuMix => 285_000,
+            Sample::CpuMix
+            | Sample::Threads
+            | Sample::ProcTree
+            | Sample::InlineHeavy
+            | Sample::Recursion => 285_000,
             Sample::SyscallLoop => 1_200_000,
+            Sample::Sleeper => 10,
         }
     }
 
     /// The command-line flag that sets the work size.
     pub const fn work_flag(self) -> &'static str {
         match self {
-            Sample::CpuMix => "--units",
+            Sample::CpuMix
+            | Sample::Threads
+            | Sample::ProcTree
+            | Sample::InlineHeavy
+            | Sample::Recursion => "--units",
             Sample::SyscallLoop => "--iterations",
+            Sample::Sleeper => "--rounds",
         }
     }
 
@@ -266,7 +556,8 @@ pub fn cache_dir() -> PathBuf {
 /// Compiles `sample` into `dir` (created if missing) and returns the path of the binary.
 ///
 /// The compiler is env `RUSTC`, or `rustc`; the flags are `-C opt-level=3
-/// -C debuginfo=line-tables-only`, plus `-C force-frame-pointers=yes` for
+/// -C debuginfo=line-tables-only` (`-C debuginfo=2` for a sample whose
+/// [`Sample::debug_info`] is [`DebugInfo::Full`]), plus `-C force-frame-pointers=yes` for
 /// [`FramePointers::Yes`]. The binary is `DIR/NAME-{fp,nofp}-HASH/NAME`, named like the
 /// sample so its process name is too; HASH covers the compiler command, the flags and the
 /// source text, so an existing binary is reused and a changed source (or compiler setting)
@@ -341,7 +632,10 @@ fn rustc_flags(sample: Sample, fp: FramePointers) -> Vec<&'static str> {
         "--edition=2021",
         "--crate-type=bin",
         "-Copt-level=3",
-        "-Cdebuginfo=line-tables-only",
+        match sample.debug_info() {
+            DebugInfo::LineTables => "-Cdebuginfo=line-tables-only",
+            DebugInfo::Full => "-Cdebuginfo=2",
+        },
     ];
     if fp == FramePointers::Yes {
         flags.push("-Cforce-frame-pointers=yes");
@@ -350,6 +644,11 @@ fn rustc_flags(sample: Sample, fp: FramePointers) -> Vec<&'static str> {
     flags.push(match sample {
         Sample::CpuMix => "--crate-name=cpu_mix",
         Sample::SyscallLoop => "--crate-name=syscall_loop",
+        Sample::Threads => "--crate-name=threads",
+        Sample::ProcTree => "--crate-name=proc_tree",
+        Sample::Sleeper => "--crate-name=sleeper",
+        Sample::InlineHeavy => "--crate-name=inline_heavy",
+        Sample::Recursion => "--crate-name=recursion",
     });
     flags
 }
@@ -462,6 +761,109 @@ mod tests {
         ] {
             assert!(contains(&bytes, name.as_bytes()), "no symbol {name}");
         }
+    }
+
+    /// Every function a sample's expectations name, plain (`inline_heavy::x` → `x`).
+    fn named_functions(sample: Sample) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = sample
+            .expected()
+            .iter()
+            .chain(sample.expected_off_cpu())
+            .map(|e| e.function)
+            .chain(sample.tasks().iter().map(|t| t.function))
+            .chain(
+                sample
+                    .expected_depth()
+                    .into_iter()
+                    .flat_map(|d| [d.function, d.leaf]),
+            )
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn every_sample_builds_runs_a_little_work_and_names_its_functions() {
+        for &sample in Sample::ALL {
+            let binary = build(sample, FramePointers::Yes).expect("build");
+            // Small work sizes: a few milliseconds each (proc-tree still starts its tree).
+            let work = if sample == Sample::Sleeper { 1 } else { 600 };
+            let output = run(&binary, &sample.args(work));
+            assert!(output.status.success(), "{sample}: {output:?}");
+            assert!(output.stdout.is_empty(), "{sample} prints nothing");
+            let bytes = fs::read(&binary).expect("read binary");
+            let names = named_functions(sample);
+            assert!(!names.is_empty(), "{sample} has an expected profile");
+            for name in names {
+                assert!(
+                    contains(&bytes, name.as_bytes()),
+                    "{sample}: no symbol or debug name {name}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn inline_heavy_is_built_with_full_debug_info_and_the_others_are_not() {
+        for &sample in Sample::ALL {
+            let flags = rustc_flags(sample, FramePointers::No);
+            let full = flags.contains(&"-Cdebuginfo=2");
+            assert_eq!(full, sample == Sample::InlineHeavy, "{sample}: {flags:?}");
+            assert_eq!(full, sample.debug_info() == DebugInfo::Full);
+        }
+        // The helpers exist only as inlined code: named in the debug info, never as symbols
+        // of their own (which `#[no_mangle]` or a missed inlining would create).
+        let binary = build(Sample::InlineHeavy, FramePointers::No).expect("build");
+        let bytes = fs::read(&binary).expect("read binary");
+        assert!(contains(&bytes, b"inline_heavy_alpha"));
+        assert!(!contains(&bytes, b"18inline_heavy_alpha17h"), "alpha was not inlined");
+    }
+
+    #[test]
+    fn proc_tree_children_report_failures() {
+        let binary = build(Sample::ProcTree, FramePointers::No).expect("build");
+        let output = run(&binary, &["--role".to_owned(), "nobody".to_owned()]);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        // A consumer fed something that is not a chunk size fails instead of guessing.
+        let mut child = Command::new(&binary)
+            .args(["--role", "consumer"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn consumer");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(b"12\nnot a number\n").expect("write");
+        }
+        let output = child.wait_with_output().expect("wait");
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert!(contains(&output.stderr, b"bad chunk"), "{output:?}");
+    }
+
+    #[test]
+    fn expectations_are_consistent() {
+        for &sample in Sample::ALL {
+            for e in sample.expected().iter().chain(sample.expected_off_cpu()) {
+                assert!((0.0..=100.0).contains(&e.pct), "{sample}: {e:?}");
+            }
+            let tasks: f64 = sample.tasks().iter().map(|t| t.pct).sum();
+            assert!(
+                sample.tasks().is_empty() || (tasks - 100.0).abs() < 1e-9,
+                "{sample}: task shares sum to {tasks}"
+            );
+            // Every task's function is also in the function profile, with the same share:
+            // the task does nothing else.
+            for t in sample.tasks() {
+                let e = sample.expected().iter().find(|e| e.function == t.function);
+                assert_eq!(e.map(|e| e.pct), Some(t.pct), "{sample}: {t:?}");
+            }
+        }
+        assert_eq!(
+            Sample::Recursion.expected_depth().map(|d| d.frames),
+            Some(251)
+        );
     }
 
     #[test]

@@ -47,7 +47,14 @@ pub struct Args {
     /// Symbolization threads (default: all cores).
     #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
-    /// The recording (.frec).
+    /// Keep per-binary symbol caches (keyed by build id) here
+    /// [default: ~/.cache/flamerec].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Do not read or write the symbol cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+    /// The recording (.frec or perf.data).
     input: PathBuf,
 }
 
@@ -61,6 +68,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         kernel_suffix: a.kernel_suffix,
         inline: !a.no_inline,
         jobs: a.jobs.map(usize::from),
+        cache_dir: match (&a.cache_dir, a.no_cache) {
+            (_, true) => None,
+            (Some(dir), false) => Some(dir.clone()),
+            // Without $HOME, no cache rather than one in a surprising place.
+            (None, false) => flamerec_fold::default_cache_dir(),
+        },
+        ..FoldOptions::default()
     };
     let profile = fold(&a.input, &opts)?;
     if let Some(svg) = &a.svg {
@@ -110,6 +124,10 @@ fn write_to(
 
 /// Folds `input` and writes an SVG flamegraph to `svg` (for `record --svg`).
 pub fn write_svg_of(input: &Path, svg: &Path, title: Option<&str>) -> anyhow::Result<()> {
-    let profile = fold(input, &FoldOptions::default())?;
+    let opts = FoldOptions {
+        cache_dir: flamerec_fold::default_cache_dir(),
+        ..FoldOptions::default()
+    };
+    let profile = fold(input, &opts)?;
     write_to(svg, |w| flamerec_fold::write_svg(&profile, title, w))
 }

@@ -1,9 +1,11 @@
 //! One module per subcommand; each turns its clap arguments into the
 //! library's plain options and reports the result.
 
+mod diff;
 mod fold;
 mod info;
 mod record;
+mod view;
 
 use std::process::ExitCode;
 
@@ -25,6 +27,10 @@ enum Command {
     Fold(fold::Args),
     /// Show what a recording holds.
     Info(info::Args),
+    /// Compare two profiles per function: differential SVG, JSON, Markdown, CI gate.
+    Diff(diff::Args),
+    /// Explore a profile (or the diff of two) in the browser: served on 127.0.0.1, or one HTML file.
+    View(view::Args),
 }
 
 /// An error with its own exit status (127 and 126 for launch failures, as a shell).
@@ -50,6 +56,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Record(a) => record::run(a),
         Command::Fold(a) => fold::run(a),
         Command::Info(a) => info::run(a),
+        Command::Diff(a) => diff::run(a),
+        Command::View(a) => view::run(a),
     }
 }
 

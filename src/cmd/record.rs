@@ -37,8 +37,8 @@ pub struct Args {
     /// Samples per second per CPU.
     #[arg(short = 'F', long = "freq", default_value_t = 999, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     freq: u64,
-    /// Call-graph mode (dwarf becomes the default once it lands).
-    #[arg(short = 'g', long = "call-graph", value_enum, default_value = "fp")]
+    /// Call-graph mode.
+    #[arg(short = 'g', long = "call-graph", value_enum, default_value = "dwarf")]
     call_graph: Mode,
     /// Record running processes (comma-separated pids).
     #[arg(short, long, value_delimiter = ',')]
@@ -61,9 +61,12 @@ pub struct Args {
     /// Also trim leading kernel frames named SYMBOL.
     #[arg(long, value_name = "SYMBOL")]
     trim: Vec<String>,
-    /// Ring buffer data pages per CPU (a power of two).
-    #[arg(long, default_value_t = 128)]
-    mmap_pages: usize,
+    /// Ring buffer data pages per CPU, a power of two (default: 128 for fp, 1024 for dwarf).
+    #[arg(long, value_name = "N")]
+    mmap_pages: Option<usize>,
+    /// Bytes of user stack copied per sample in dwarf mode.
+    #[arg(long, value_name = "BYTES", default_value_t = flamerec_record::DEFAULT_STACK_SIZE)]
+    stack_size: u32,
     /// After recording, fold and write a flamegraph here.
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
@@ -107,6 +110,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         keep_profiler_frames: a.keep_profiler_frames,
         trim: a.trim.clone(),
         mmap_pages: a.mmap_pages,
+        stack_size: a.stack_size,
     };
     let live = !a.quiet && std::io::stderr().is_terminal();
     let mut progress = |p: &flamerec_record::Progress| {
@@ -137,6 +141,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     if live {
         eprint!("\r\x1b[K");
+    }
+    if summary.truncated_stacks > 0 && summary.samples > 0 {
+        let pct = summary.truncated_stacks as f64 * 100.0 / summary.samples as f64;
+        if pct >= 1.0 {
+            eprintln!(
+                "flamerec: warning: {:.1}% of user stacks were cut short; a larger --stack-size may help",
+                pct
+            );
+        }
     }
     for w in &summary.warnings {
         eprintln!("flamerec: warning: {w}");

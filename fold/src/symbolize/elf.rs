@@ -1,11 +1,6 @@
-//! One ELF file on disk: checks it is the binary that was recorded (GNU build
-//! id), turns recorded file offsets into symbol-table addresses through the
-//! `PT_LOAD` program headers, and names the function symbol covering them.
-//!
-//! It reads symbol tables (`.symtab`, falling back to `.dynsym`) only; inline
-//! expansion from DWARF is the job of a future layer on top of
-//! [`ElfSymbols::lookup`], which is why lookups hand out symbol indices and
-//! naming is a separate step.
+//! One ELF file on disk: reads it defensively, checks it is the binary that
+//! was recorded (GNU build id) and maps recorded file offsets to ELF addresses
+//! through the `PT_LOAD` program headers. Symbols and DWARF are `symdata`'s.
 
 use std::fmt;
 use std::fs::File;
@@ -16,10 +11,7 @@ use goblin::container::Ctx;
 use goblin::elf::header::{ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{ProgramHeader, PT_LOAD};
 use goblin::elf::Elf;
-use symbolic_common::Name;
 use symbolic_debuginfo::elf::ElfObject;
-use symbolic_debuginfo::SymbolMap;
-use symbolic_demangle::{Demangle, DemangleOptions};
 
 /// Why a module's file cannot be used for symbolization.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,68 +60,37 @@ pub(crate) fn read_elf(path: &Path) -> Result<Vec<u8>, Unusable> {
 }
 
 /// A loadable segment: file range and where it lands in the ELF's address space.
-#[derive(Debug, Clone, Copy)]
-struct Segment {
-    offset: u64,
-    filesz: u64,
-    vaddr: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// File offset of the segment.
+    pub offset: u64,
+    /// Bytes of the segment in the file.
+    pub filesz: u64,
+    /// Virtual address of its first byte.
+    pub vaddr: u64,
 }
 
-/// The function symbols of one ELF image, ready for lookups by file offset.
-pub(crate) struct ElfSymbols<'d> {
-    segments: Vec<Segment>,
-    /// What symbolic subtracts from every symbol address.
-    load_address: u64,
-    symbols: SymbolMap<'d>,
+/// The ELF address of the code at `file_offset`, through the segment holding it.
+pub(crate) fn file_offset_to_vaddr(segments: &[Segment], file_offset: u64) -> Option<u64> {
+    let seg = segments
+        .iter()
+        .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)?;
+    seg.vaddr.checked_add(file_offset - seg.offset)
 }
 
-impl<'d> ElfSymbols<'d> {
-    /// Parses `data`, refusing it when `expected_build_id` is known and differs.
-    pub(crate) fn parse(data: &'d [u8], expected_build_id: &[u8]) -> Result<Self, Unusable> {
-        let obj = ElfObject::parse(data).map_err(|_| Unusable::NotElf)?;
-        if !expected_build_id.is_empty() {
-            let expected = hex(expected_build_id);
-            match obj.code_id() {
-                Some(id) if id.as_str().eq_ignore_ascii_case(&expected) => {}
-                _ => return Err(Unusable::BuildIdMismatch),
-            }
-        }
-        let segments = load_segments(data).ok_or(Unusable::NotElf)?;
-        Ok(ElfSymbols {
-            segments,
-            load_address: obj.load_address(),
-            symbols: obj.symbol_map(),
-        })
+/// Whether `obj` carries `expected` as its GNU build id (any id passes when
+/// `expected` is empty: nothing was recorded to compare with).
+pub(crate) fn build_id_matches(obj: &ElfObject<'_>, expected: &[u8]) -> bool {
+    if expected.is_empty() {
+        return true;
     }
-
-    /// Index of the function symbol covering the code at `file_offset`.
-    pub(crate) fn lookup(&self, file_offset: u64) -> Option<usize> {
-        let seg = self
-            .segments
-            .iter()
-            .find(|s| file_offset >= s.offset && file_offset - s.offset < s.filesz)?;
-        let vaddr = seg.vaddr.checked_add(file_offset - seg.offset)?;
-        let rel = vaddr.checked_sub(self.load_address)?;
-        let idx = self.symbols.partition_point(|s| s.address <= rel);
-        let idx = idx.checked_sub(1)?;
-        let sym = self.symbols.get(idx)?;
-        // Only the last symbol can lack a size (the map derives the others
-        // from their successor); like perf, it then covers the rest.
-        let inside = sym.size == 0 || rel - sym.address < sym.size;
-        (inside && sym.name.is_some()).then_some(idx)
-    }
-
-    /// Demangled name of the symbol at `idx`: Rust paths without the hash,
-    /// C++ names with parameters but without return type.
-    pub(crate) fn name(&self, idx: usize) -> Option<String> {
-        let raw = self.symbols.get(idx)?.name()?;
-        let opts = DemangleOptions::name_only().parameters(true);
-        Some(Name::from(raw).try_demangle(opts).into_owned())
-    }
+    let expected = hex(expected);
+    obj.code_id()
+        .is_some_and(|id| id.as_str().eq_ignore_ascii_case(&expected))
 }
 
 /// The `PT_LOAD` segments of an ELF image.
-fn load_segments(data: &[u8]) -> Option<Vec<Segment>> {
+pub(crate) fn load_segments(data: &[u8]) -> Option<Vec<Segment>> {
     let header = Elf::parse_header(data).ok()?;
     let ctx = Ctx::new(header.container().ok()?, header.endianness().ok()?);
     let phdrs =
@@ -147,7 +108,18 @@ fn load_segments(data: &[u8]) -> Option<Vec<Segment>> {
     )
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes of a hex string (a build id as symbolic prints it).
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -156,15 +128,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn garbage_is_not_elf() {
-        assert!(matches!(
-            ElfSymbols::parse(b"definitely not an ELF file", &[]),
-            Err(Unusable::NotElf)
-        ));
-        assert!(matches!(
-            ElfSymbols::parse(b"\x7fELF\x02\x01\x01", &[]),
-            Err(Unusable::NotElf)
-        ));
+    fn garbage_has_no_segments() {
+        assert!(load_segments(b"definitely not an ELF file").is_none());
+        assert!(load_segments(b"\x7fELF\x02\x01\x01").is_none());
+    }
+
+    #[test]
+    fn offsets_map_through_their_segment() {
+        let segs = [
+            Segment {
+                offset: 0,
+                filesz: 0x100,
+                vaddr: 0x40_0000,
+            },
+            Segment {
+                offset: 0x1000,
+                filesz: 0x200,
+                vaddr: 0x40_2000,
+            },
+        ];
+        assert_eq!(file_offset_to_vaddr(&segs, 0x10), Some(0x40_0010));
+        assert_eq!(file_offset_to_vaddr(&segs, 0x1010), Some(0x40_2010));
+        assert_eq!(file_offset_to_vaddr(&segs, 0x800), None);
+        assert_eq!(file_offset_to_vaddr(&segs, u64::MAX), None);
     }
 
     #[test]
@@ -182,17 +168,16 @@ mod tests {
     }
 
     #[test]
-    fn own_binary_parses_and_checks_build_id() {
+    fn own_binary_checks_build_id() {
         let Ok(exe) = std::env::current_exe() else {
             return;
         };
         let Ok(data) = std::fs::read(exe) else {
             return;
         };
-        assert!(ElfSymbols::parse(&data, &[]).is_ok());
-        assert!(matches!(
-            ElfSymbols::parse(&data, &[0xde, 0xad]),
-            Err(Unusable::BuildIdMismatch)
-        ));
+        let obj = ElfObject::parse(&data).expect("own binary parses");
+        assert!(build_id_matches(&obj, &[]));
+        assert!(!build_id_matches(&obj, &[0xde, 0xad]));
+        assert!(load_segments(&data).is_some_and(|s| !s.is_empty()));
     }
 }

@@ -4,24 +4,40 @@
 //! Frames are grouped by module so each binary is read and parsed once;
 //! modules are symbolized concurrently and big modules are also split into
 //! chunks of addresses (rayon, on whatever pool the caller installed). The
-//! result maps every frame to a list of functions, outermost first: today one
-//! per frame, but the shape leaves room for inlined frames from DWARF.
+//! result maps every frame to a list of functions, outermost first: the
+//! function holding the code, then the functions DWARF says were inlined
+//! into it at that address.
+//!
+//! Per binary: the on-disk cache (by build id) first; else the file, checked
+//! against the recorded build id, with its DWARF taken from a separate debug
+//! file when it has none itself; then a SymCache is built and cached.
 //!
 //! This module never drops a frame: whatever cannot be named becomes
 //! `module+0xOFFSET`. It must not know about samples, roots or output formats.
 
+mod cache;
+mod debugfile;
 mod elf;
+mod jit;
 mod kernel;
+mod symdata;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
+use flamerec_format::{FrameId, Module, ModuleId, ModuleKind, Tables};
 use rayon::prelude::*;
+use symbolic_debuginfo::elf::ElfObject;
 
 use crate::names::{basename, sanitize, unresolved};
-use elf::{ElfSymbols, Unusable};
+pub(crate) use cache::default_dir as default_cache_dir;
+use cache::SymbolCache;
+pub(crate) use debugfile::DEFAULT_DEBUG_DIR;
+use elf::Unusable;
+use jit::JitMaps;
 use kernel::KernelTable;
+use symdata::{RawName, SymView, SymbolData};
 
 /// Addresses per parallel work item inside one module.
 const CHUNK: usize = 4096;
@@ -38,11 +54,21 @@ pub(crate) struct Function {
     pub module: String,
 }
 
-/// How to name things.
-#[derive(Debug, Clone, Copy, Default)]
+/// How to find and name things.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct NameOptions {
     /// Append `_[k]` to kernel frames.
     pub kernel_suffix: bool,
+    /// Expand inlined functions.
+    pub inline: bool,
+    /// Symbol cache directory, if any.
+    pub cache_dir: Option<PathBuf>,
+    /// Roots of separate debug files (`/usr/lib/debug`).
+    pub debug_dirs: Vec<PathBuf>,
+    /// Directory of `perf-PID.map` files, if JIT maps are wanted.
+    pub perf_map_dir: Option<PathBuf>,
+    /// Processes whose JIT maps to read.
+    pub pids: Vec<u32>,
 }
 
 /// Names of the frames a profile uses.
@@ -65,7 +91,7 @@ struct ModuleOutcome {
 }
 
 /// Symbolizes `used` (distinct frame ids) against `tables`.
-pub(crate) fn symbolize(tables: &Tables, used: &[FrameId], opts: NameOptions) -> Symbols {
+pub(crate) fn symbolize(tables: &Tables, used: &[FrameId], opts: &NameOptions) -> Symbols {
     let mut by_module: HashMap<ModuleId, Vec<(FrameId, u64)>> = HashMap::new();
     for &id in used {
         if let Some(f) = tables.frames.get(id as usize) {
@@ -78,13 +104,46 @@ pub(crate) fn symbolize(tables: &Tables, used: &[FrameId], opts: NameOptions) ->
         frames.sort_unstable_by_key(|&(id, addr)| (addr, id));
     }
 
-    let ktable = KernelTable::new(&tables.kernel_symbols);
+    let ctx = Context {
+        ktable: KernelTable::new(&tables.kernel_symbols),
+        jit: match &opts.perf_map_dir {
+            Some(dir) if has_anonymous(tables, &groups) => JitMaps::load(dir, &opts.pids),
+            _ => JitMaps::default(),
+        },
+        cache: opts.cache_dir.clone().map(SymbolCache::new),
+        cache_error: Mutex::new(None),
+        opts,
+    };
     let outcomes: Vec<ModuleOutcome> = groups
         .par_iter()
-        .map(|(module, frames)| symbolize_module(tables, *module, frames, &ktable, opts))
+        .map(|(module, frames)| symbolize_module(tables, *module, frames, &ctx))
         .collect();
 
-    merge(tables, groups, outcomes)
+    let cache_error = ctx.cache_error.into_inner().ok().flatten();
+    let mut out = merge(tables, groups, outcomes);
+    if let Some(e) = cache_error {
+        out.warnings.push(e);
+    }
+    out
+}
+
+/// What every module's symbolization shares.
+struct Context<'t> {
+    ktable: KernelTable<'t>,
+    jit: JitMaps,
+    cache: Option<SymbolCache>,
+    /// The first failure to write the cache (one warning is enough).
+    cache_error: Mutex<Option<String>>,
+    opts: &'t NameOptions,
+}
+
+fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) -> bool {
+    groups.iter().any(|(m, _)| {
+        tables
+            .modules
+            .get(*m as usize)
+            .is_some_and(|m| m.kind == ModuleKind::Anonymous)
+    })
 }
 
 /// Interns module-local results into one function table and writes the
@@ -141,8 +200,7 @@ fn symbolize_module(
     tables: &Tables,
     module: ModuleId,
     frames: &[(FrameId, u64)],
-    ktable: &KernelTable<'_>,
-    opts: NameOptions,
+    ctx: &Context<'_>,
 ) -> ModuleOutcome {
     let Some(m) = tables.modules.get(module as usize) else {
         return ModuleOutcome {
@@ -154,15 +212,63 @@ fn symbolize_module(
     let base = basename(&m.path);
     match m.kind {
         ModuleKind::File => {
-            let named = elf::read_elf(Path::new(&m.path)).and_then(|data| {
-                ElfSymbols::parse(&data, &m.build_id).map(|elf| file_frames(&elf, base, frames))
+            let named = symbol_data(m, ctx).and_then(|data| {
+                let view = data.view().ok_or(Unusable::NotElf)?;
+                Ok(file_frames(&view, base, frames, ctx.opts.inline))
             });
             named.unwrap_or_else(|why| unresolved_frames(base, frames, Some(why)))
         }
-        ModuleKind::Kernel => kernel_frames(ktable, base, frames, opts),
-        // The vDSO image and anonymous (JIT) code are not on disk.
+        ModuleKind::Kernel => kernel_frames(&ctx.ktable, base, frames, ctx.opts),
+        ModuleKind::Anonymous if !ctx.jit.is_empty() => jit_frames(&ctx.jit, base, frames),
+        // The vDSO image is not on disk.
         _ => unresolved_frames(base, frames, None),
     }
+}
+
+/// The symbol data of a file module: from the cache, else built from the
+/// binary (and its separate debug file) and then cached.
+fn symbol_data(m: &Module, ctx: &Context<'_>) -> Result<SymbolData, Unusable> {
+    let dirs = &ctx.opts.debug_dirs;
+    if let Some(hit) = ctx.cache.as_ref().and_then(|c| c.load(&m.build_id)) {
+        // A debug file installed since the entry was made is worth a rebuild.
+        let newer_debug = !hit.has_dwarf
+            && dirs.iter().any(|d| {
+                debugfile::build_id_path(d, &m.build_id).is_some_and(|p| p.is_file())
+            });
+        if !newer_debug {
+            return Ok(hit);
+        }
+    }
+    let path = Path::new(&m.path);
+    let bin = elf::read_elf(path)?;
+    let obj = ElfObject::parse(&bin).map_err(|_| Unusable::NotElf)?;
+    if !elf::build_id_matches(&obj, &m.build_id) {
+        return Err(Unusable::BuildIdMismatch);
+    }
+    let debug_bytes = if obj.has_debug_info() {
+        None
+    } else {
+        let own_id;
+        let id = if m.build_id.is_empty() {
+            own_id = obj.code_id().and_then(|c| elf::unhex(c.as_str()));
+            own_id.as_deref().unwrap_or_default()
+        } else {
+            &m.build_id
+        };
+        debugfile::find(path, &obj, id, dirs)
+    };
+    let debug_obj = debug_bytes
+        .as_deref()
+        .and_then(|d| ElfObject::parse(d).ok());
+    let data = SymbolData::build(&bin, debug_obj.as_ref())?;
+    if let Some(cache) = &ctx.cache {
+        if let Err(e) = cache.store(&m.build_id, &data) {
+            if let Ok(mut slot) = ctx.cache_error.lock() {
+                slot.get_or_insert_with(|| format!("cannot write the symbol cache: {e}"));
+            }
+        }
+    }
+    Ok(data)
 }
 
 /// Collects names so each distinct one gets one module-local id.
@@ -187,31 +293,65 @@ impl LocalNames {
     }
 }
 
-fn file_frames(elf: &ElfSymbols<'_>, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
-    let hits: Vec<Option<usize>> = frames
+fn file_frames(
+    view: &SymView<'_>,
+    base: &str,
+    frames: &[(FrameId, u64)],
+    inline: bool,
+) -> ModuleOutcome {
+    let hits: Vec<Vec<RawName<'_>>> = frames
         .par_chunks(CHUNK)
-        .flat_map_iter(|c| c.iter().map(|&(_, addr)| elf.lookup(addr)))
+        .flat_map_iter(|c| {
+            let mut buf = Vec::new();
+            c.iter().map(move |&(_, addr)| {
+                view.lookup(addr, inline, &mut buf);
+                buf.clone()
+            })
+        })
         .collect();
-    let mut wanted: Vec<usize> = hits.iter().flatten().copied().collect();
-    wanted.sort_unstable();
+    let mut wanted: Vec<RawName<'_>> = hits.iter().flatten().copied().collect();
+    wanted.sort_unstable_by(|a, b| (a.name, a.language as u32).cmp(&(b.name, b.language as u32)));
     wanted.dedup();
-    // Demangling is the costly part; each symbol once, in parallel.
-    let demangled: Vec<Option<String>> = wanted
+    // Demangling is the costly part; each name once, in parallel.
+    let demangled: Vec<String> = wanted
         .par_iter()
-        .map(|&idx| elf.name(idx).map(|n| sanitize(&n)))
+        .map(|raw| sanitize(&raw.demangle()))
         .collect();
-    let by_symbol: HashMap<usize, usize> =
-        wanted.iter().enumerate().map(|(i, &s)| (s, i)).collect();
+    let by_raw: HashMap<RawName<'_>, usize> =
+        wanted.iter().enumerate().map(|(i, &r)| (r, i)).collect();
 
     let mut names = LocalNames::default();
     let mut out = Vec::with_capacity(frames.len());
     for (&(frame, addr), hit) in frames.iter().zip(hits) {
-        let name = hit
-            .and_then(|s| by_symbol.get(&s))
-            .and_then(|&i| demangled.get(i).cloned().flatten())
-            .unwrap_or_else(|| sanitize(&unresolved(base, addr)));
-        out.push((frame, vec![names.id(name, base)]));
+        let mut ids: Vec<u32> = hit
+            .iter()
+            .filter_map(|r| by_raw.get(r).and_then(|&i| demangled.get(i)))
+            .map(|n| names.id(n.clone(), base))
+            .collect();
+        if ids.is_empty() {
+            ids.push(names.id(sanitize(&unresolved(base, addr)), base));
+        }
+        out.push((frame, ids));
     }
+    ModuleOutcome {
+        functions: names.functions,
+        frames: out,
+        unusable: None,
+    }
+}
+
+fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
+    let mut names = LocalNames::default();
+    let out = frames
+        .iter()
+        .map(|&(frame, addr)| {
+            let name = match jit.lookup(addr) {
+                Some(n) => sanitize(n),
+                None => sanitize(&unresolved(base, addr)),
+            };
+            (frame, vec![names.id(name, base)])
+        })
+        .collect();
     ModuleOutcome {
         functions: names.functions,
         frames: out,
@@ -223,7 +363,7 @@ fn kernel_frames(
     ktable: &KernelTable<'_>,
     base: &str,
     frames: &[(FrameId, u64)],
-    opts: NameOptions,
+    opts: &NameOptions,
 ) -> ModuleOutcome {
     let mut functions: Vec<Function> = Vec::new();
     let mut ids: HashMap<(String, String), u32> = HashMap::new();
@@ -270,7 +410,7 @@ fn unresolved_frames(
     }
 }
 
-fn suffixed(mut name: String, opts: NameOptions) -> String {
+fn suffixed(mut name: String, opts: &NameOptions) -> String {
     if opts.kernel_suffix {
         name.push_str("_[k]");
     }

@@ -44,6 +44,10 @@ pub mod sample {
     pub const CALLCHAIN: u64 = b::PERF_SAMPLE_CALLCHAIN as u64;
     /// Raw tracepoint data.
     pub const RAW: u64 = b::PERF_SAMPLE_RAW as u64;
+    /// User registers at the sample.
+    pub const REGS_USER: u64 = b::PERF_SAMPLE_REGS_USER as u64;
+    /// A copy of the user stack.
+    pub const STACK_USER: u64 = b::PERF_SAMPLE_STACK_USER as u64;
 }
 
 /// Perf record types flamerec reads.
@@ -101,7 +105,17 @@ pub struct EventConfig {
     pub max_stack: u16,
     /// Wake a poller once this many bytes are in the buffer.
     pub wakeup_bytes: u32,
+    /// Leave user frames out of the callchain (they are unwound from a stack copy).
+    pub exclude_callchain_user: bool,
+    /// `PERF_REG_X86_*` bits of user registers to sample.
+    pub sample_regs_user: u64,
+    /// Bytes of user stack to copy per sample (0: none).
+    pub sample_stack_user: u32,
 }
+
+/// The user registers flamerec samples for unwinding: bp, sp, ip (in this
+/// order in the sample, as their bit numbers ascend).
+pub const REGS_BP_SP_IP: u64 = (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
 
 fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
     let mut a = b::perf_event_attr {
@@ -137,6 +151,9 @@ fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
     a.set_watermark(1);
     a.__bindgen_anon_2.wakeup_watermark = cfg.wakeup_bytes;
     a.sample_max_stack = cfg.max_stack;
+    a.set_exclude_callchain_user(u64::from(cfg.exclude_callchain_user));
+    a.sample_regs_user = cfg.sample_regs_user;
+    a.sample_stack_user = cfg.sample_stack_user;
     a
 }
 

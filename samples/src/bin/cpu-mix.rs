@@ -42,45 +42,55 @@ const SEED: State = [
     0x3f84_d5b5_b547_0917,
 ];
 
-/// The loop body shared by all three functions, inlined into each so its samples count as
-/// their self time. `SALT` differs per caller only so that LLVM cannot merge the three
-/// functions into one symbol; it is an equally sized constant, so the cost is identical.
-#[inline(always)]
-fn units_of_work<const SALT: u64>(state: &mut State, units: u64) {
-    for _ in 0..units {
-        // Opaque per unit: the compiler can neither fold units together nor skip one.
-        let state = black_box(&mut *state);
-        for _ in 0..STEPS_PER_UNIT {
-            for word in state.iter_mut() {
-                let mut x = *word;
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *word = x ^ SALT;
+/// The loop body of every work function, written out in each by a macro rather than by a
+/// shared `#[inline(always)]` function: with debug info, that would be one more (inlined)
+/// frame, and the leaf of every sample. `while` loops rather than iterators for the same
+/// reason: an iterator's inlined `next` would show as std's frames. `salt` differs per
+/// caller only so that LLVM cannot merge the functions into one symbol; it is an equally
+/// sized constant, so the cost is identical.
+macro_rules! units_of_work {
+    ($state:expr, $units:expr, $salt:expr) => {
+        let mut unit = 0;
+        while unit < $units {
+            // Opaque per unit: the compiler can neither fold units together nor skip one.
+            let state: &mut State = black_box(&mut *$state);
+            let mut step = 0;
+            while step < STEPS_PER_UNIT {
+                let mut i = 0;
+                while i < state.len() {
+                    let mut x = state[i];
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    state[i] = x ^ $salt;
+                    i += 1;
+                }
+                step += 1;
             }
+            unit += 1;
         }
-    }
+    };
 }
 
 /// 50% of the work.
 #[no_mangle]
 #[inline(never)]
 fn cpu_mix_alpha(state: &mut State, units: u64) {
-    units_of_work::<0x9e37_79b9_7f4a_7c15>(state, units);
+    units_of_work!(state, units, 0x9e37_79b9_7f4a_7c15_u64);
 }
 
 /// 30% of the work.
 #[no_mangle]
 #[inline(never)]
 fn cpu_mix_beta(state: &mut State, units: u64) {
-    units_of_work::<0xbf58_476d_1ce4_e5b9>(state, units);
+    units_of_work!(state, units, 0xbf58_476d_1ce4_e5b9_u64);
 }
 
 /// 20% of the work.
 #[no_mangle]
 #[inline(never)]
 fn cpu_mix_gamma(state: &mut State, units: u64) {
-    units_of_work::<0x94d0_49bb_1331_11eb>(state, units);
+    units_of_work!(state, units, 0x94d0_49bb_1331_11eb_u64);
 }
 
 /// Runs `units` units (rounded up to whole rounds) and returns a checksum of the state.

@@ -1,0 +1,171 @@
+//! Reading folded text (`frame;frame;...;leaf COUNT` per line) as one side of
+//! a diff. The rules are in the parent module's docs; this module must not
+//! guess: a line it cannot read is an error with its line number.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use super::DiffError;
+
+/// Longest piece of a bad line quoted in an error, in characters.
+const QUOTE_CHARS: usize = 40;
+
+/// Distinct stacks with their summed counts, sorted by stack; zero counts dropped.
+pub(super) fn parse<R: BufRead>(
+    mut input: R,
+    path: &Path,
+) -> Result<Vec<(String, u64)>, DiffError> {
+    let mut stacks: HashMap<String, u64> = HashMap::new();
+    let mut buf = Vec::new();
+    let mut number = 0usize;
+    loop {
+        buf.clear();
+        let n = input
+            .read_until(b'\n', &mut buf)
+            .map_err(|source| DiffError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        let bad = |reason: String| DiffError::Folded {
+            path: path.to_path_buf(),
+            line: number,
+            reason,
+        };
+        let text = std::str::from_utf8(&buf).map_err(|_| {
+            bad("not UTF-8 text: neither a .frec recording nor folded stacks".to_string())
+        })?;
+        let Some((stack, count)) = parse_line(text).map_err(bad)? else {
+            continue;
+        };
+        if count == 0 {
+            continue;
+        }
+        let c = stacks.entry(stack.to_string()).or_insert(0);
+        *c = c.saturating_add(count);
+    }
+    let mut stacks: Vec<(String, u64)> = stacks.into_iter().collect();
+    stacks.sort_unstable();
+    Ok(stacks)
+}
+
+/// `Ok(None)` for a blank or comment line, else the stack and its count.
+fn parse_line(line: &str) -> Result<Option<(&str, u64)>, String> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with("# ") || line == "#" {
+        return Ok(None);
+    }
+    let Some((ws, c)) = line.char_indices().rev().find(|(_, c)| c.is_whitespace()) else {
+        return Err(format!(
+            "expected `frame;...;leaf COUNT`, found no count in `{}`",
+            quote(line)
+        ));
+    };
+    let token = &line[ws + c.len_utf8()..];
+    let count = token.parse::<u64>().map_err(|_| {
+        format!(
+            "expected `frame;...;leaf COUNT`: `{}` is not a whole number of samples",
+            quote(token)
+        )
+    })?;
+    let stack = line[..ws].trim_end();
+    if stack.is_empty() {
+        return Err("no frames before the count".to_string());
+    }
+    Ok(Some((stack, count)))
+}
+
+/// The start of `s`, short enough for a one-line error.
+fn quote(s: &str) -> String {
+    match s.char_indices().nth(QUOTE_CHARS) {
+        Some((end, _)) => format!("{}...", &s[..end]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(s: &str) -> Result<Vec<(String, u64)>, DiffError> {
+        parse(s.as_bytes(), Path::new("x.folded"))
+    }
+
+    #[test]
+    fn sums_repeated_stacks_and_skips_blank_and_comment_lines() {
+        let got = parse_str(
+            "# comment line\n\nproc;main;b 2\r\nproc;main;a 3\n  proc;main;a 4  \nproc;main 0\n#\n",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                ("proc;main;a".to_string(), 7),
+                ("proc;main;b".to_string(), 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn frames_may_contain_spaces_and_tabs_may_separate_the_count() {
+        let got = parse_str("my proc;<Vec<u8> as Drop>::drop;operator new\t12\n").unwrap();
+        assert_eq!(
+            got,
+            vec![(
+                "my proc;<Vec<u8> as Drop>::drop;operator new".to_string(),
+                12
+            )]
+        );
+    }
+
+    #[test]
+    fn a_hash_without_space_starts_a_frame_not_a_comment() {
+        let got = parse_str("#proc;main 1\n").unwrap();
+        assert_eq!(got, vec![("#proc;main".to_string(), 1)]);
+    }
+
+    #[test]
+    fn bad_lines_are_errors_with_their_line_number() {
+        for (text, line, needle) in [
+            ("a;b 1\nno_count_here\n", 2, "found no count"),
+            ("a;b 1\n\na;b x12\n", 3, "`x12` is not a whole number"),
+            ("a;b 1.5\n", 1, "`1.5` is not a whole number"),
+            ("a;b -3\n", 1, "`-3` is not a whole number"),
+            ("a;b 99999999999999999999999\n", 1, "not a whole number"),
+            ("   7\n", 1, "found no count"),
+            ("a;b 1\n\u{0}\u{ff}", 2, "found no count"),
+        ] {
+            let e = parse_str(text).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("x.folded:{line}: ")) && e.contains(needle),
+                "{text:?}: {e}"
+            );
+        }
+        let e = parse(&b"a;b 1\n\xff\xfe 2\n"[..], Path::new("x")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x:2: not UTF-8 text: neither a .frec recording nor folded stacks"
+        );
+    }
+
+    #[test]
+    fn long_bad_tokens_are_shortened() {
+        let text = format!("a;b {}\n", "z".repeat(500));
+        let e = parse_str(&text).unwrap_err().to_string();
+        assert!(e.len() < 150, "{e}");
+        assert!(e.contains("..."), "{e}");
+    }
+
+    #[test]
+    fn counts_saturate_instead_of_overflowing() {
+        let text = format!("a;b {}\na;b {}\n", u64::MAX, u64::MAX);
+        assert_eq!(
+            parse_str(&text).unwrap(),
+            vec![("a;b".to_string(), u64::MAX)]
+        );
+    }
+}

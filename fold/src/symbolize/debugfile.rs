@@ -1,0 +1,98 @@
+//! Separate debug files, for binaries whose DWARF was split off (Debian's
+//! `-dbg`/`-dbgsym` packages, `objcopy --only-keep-debug`).
+//!
+//! Looked for the way gdb does: first by build id,
+//! `DEBUG_DIR/.build-id/xx/rest.debug`; then by the `.gnu_debuglink` name,
+//! beside the binary, in its `.debug/` subdirectory and under
+//! `DEBUG_DIR/<binary's directory>`. A candidate is used only when it is the
+//! same build (its build id matches; without build ids, the debuglink CRC-32
+//! matches). This module only finds and checks files; it reads nothing else.
+
+use std::path::{Path, PathBuf};
+
+use symbolic_debuginfo::elf::ElfObject;
+
+use super::elf::{build_id_matches, hex, read_elf};
+
+/// Where distributions install debug files.
+pub(crate) const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
+
+/// Path of the build-id debug file for `build_id` under `dir`.
+pub(crate) fn build_id_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
+    if build_id.len() < 2 {
+        return None;
+    }
+    let h = hex(build_id);
+    let (head, rest) = h.split_at(2);
+    Some(dir.join(".build-id").join(head).join(format!("{rest}.debug")))
+}
+
+/// Finds and reads the debug file of the binary at `binary_path`, whose
+/// parsed object is `obj` and whose build id is `build_id` (may be empty).
+/// Returns the file's bytes; the caller parses them again to borrow from them.
+pub(crate) fn find(
+    binary_path: &Path,
+    obj: &ElfObject<'_>,
+    build_id: &[u8],
+    debug_dirs: &[PathBuf],
+) -> Option<Vec<u8>> {
+    for dir in debug_dirs {
+        let Some(path) = build_id_path(dir, build_id) else {
+            break;
+        };
+        if let Some(data) = usable(&path, binary_path, build_id, None) {
+            return Some(data);
+        }
+    }
+    let link = obj.debug_link().ok().flatten()?;
+    let name = Path::new(link.filename().to_str().ok()?);
+    // Only a plain file name: a link must not point elsewhere (`../../x`).
+    if name.components().count() != 1 || name.file_name().is_none() {
+        return None;
+    }
+    let bin_dir = binary_path.parent()?;
+    let mut candidates = vec![bin_dir.join(name), bin_dir.join(".debug").join(name)];
+    if let Ok(rel) = bin_dir.strip_prefix("/") {
+        candidates.extend(debug_dirs.iter().map(|d| d.join(rel).join(name)));
+    }
+    candidates
+        .iter()
+        .find_map(|c| usable(c, binary_path, build_id, Some(link.crc())))
+}
+
+/// Reads `path` when it is another file than the binary, parses as ELF, and
+/// is the same build: matching build id, or, without one, matching CRC.
+fn usable(path: &Path, binary_path: &Path, build_id: &[u8], crc: Option<u32>) -> Option<Vec<u8>> {
+    if same_file(path, binary_path) {
+        return None;
+    }
+    let data = read_elf(path).ok()?;
+    let obj = ElfObject::parse(&data).ok()?;
+    let same_build = if build_id.is_empty() {
+        crc.is_some_and(|c| crc32fast::hash(&data) == c)
+    } else {
+        build_id_matches(&obj, build_id)
+    };
+    (same_build && (obj.has_debug_info() || obj.has_symbols())).then_some(data)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_id_paths_split_the_first_byte() {
+        assert_eq!(
+            build_id_path(Path::new("/usr/lib/debug"), &[0xab, 0xcd, 0xef]),
+            Some(PathBuf::from("/usr/lib/debug/.build-id/ab/cdef.debug"))
+        );
+        assert_eq!(build_id_path(Path::new("/d"), &[0xab]), None);
+    }
+}

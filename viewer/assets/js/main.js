@@ -1,0 +1,3 @@
+// main.js — entry point.
+
+boot();

@@ -1,0 +1,262 @@
+//! Reading one input — a `.frec` recording (folded by `flamerec-fold`) or
+//! folded text — into stacks plus what the viewer shows about their roots.
+//!
+//! This module owns input detection and the folded-text reader. It must not
+//! know how the viewer lays stacks out; that is `tree`'s job.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use flamerec_fold::{FoldOptions, Profile};
+
+use crate::ViewerError;
+
+/// What the viewer knows about a root frame (the first frame of a line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RootInfo {
+    /// The thread's name, what `flamerec fold` puts first by default.
+    pub name: String,
+    /// `comm-PID` of its process (the root itself for folded text).
+    pub process: String,
+    /// Process id, when known.
+    pub pid: Option<u32>,
+    /// Thread id, when known.
+    pub tid: Option<u32>,
+}
+
+/// One input, read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Source {
+    /// Folded stacks `root;frame;...;leaf` with their weight.
+    pub stacks: Vec<(String, u64)>,
+    /// Per root frame of `stacks`; roots missing here stand for themselves.
+    pub roots: HashMap<String, RootInfo>,
+    /// What one unit of weight is (`samples`, `ns`).
+    pub unit: String,
+    /// (label, value) lines describing the input, for the page's info panel.
+    pub info: Vec<(String, String)>,
+    /// Things the user should know, one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Reads `path`: a `.frec` (or perf.data, which fold reports on) when its
+/// magic says so, folded text otherwise.
+pub(crate) fn read(path: &Path) -> Result<Source, ViewerError> {
+    let read_err = |source| ViewerError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|f| f.take(8).read_to_end(&mut bytes))
+        .map_err(read_err)?;
+    if bytes.as_slice() == b"FLAMEREC" || bytes.as_slice() == b"PERFILE2" {
+        return from_recording(path);
+    }
+    let bytes = std::fs::read(path).map_err(read_err)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (stacks, bad) = parse_folded(&text);
+    if stacks.is_empty() && bad > 0 {
+        return Err(ViewerError::NotFolded {
+            path: path.to_path_buf(),
+            bad,
+        });
+    }
+    let mut warnings = Vec::new();
+    if bad > 0 {
+        warnings.push(format!(
+            "{}: skipped {bad} lines that are not `stack COUNT`",
+            path.display()
+        ));
+    }
+    let total: u64 = stacks.iter().fold(0u64, |a, s| a.saturating_add(s.1));
+    Ok(Source {
+        info: vec![
+            ("input".into(), path.display().to_string()),
+            ("samples".into(), total.to_string()),
+            ("stacks".into(), stacks.len().to_string()),
+        ],
+        stacks,
+        roots: HashMap::new(),
+        unit: "samples".into(),
+        warnings,
+    })
+}
+
+/// Folds a recording with one root per thread, so the page can filter and
+/// group by thread, process or name.
+fn from_recording(path: &Path) -> Result<Source, ViewerError> {
+    let opts = FoldOptions {
+        per_thread: true,
+        ..FoldOptions::default()
+    };
+    let profile = flamerec_fold::fold_recording(path, &opts)?;
+    let mut warnings = Vec::new();
+    if let Some(d) = &profile.damage {
+        warnings.push(format!("{}: {d}", path.display()));
+    }
+    warnings.extend(profile.warnings.iter().cloned());
+    let roots = thread_roots(&profile);
+    let info = recording_info(path, &profile);
+    let unit = match profile.metadata.weight_unit.as_str() {
+        "" => "samples".to_string(),
+        u => u.to_string(),
+    };
+    Ok(Source {
+        stacks: profile.stacks,
+        roots,
+        unit,
+        info,
+        warnings,
+    })
+}
+
+/// Splits fold's per-thread roots `comm-PID/TID` back into their parts.
+fn thread_roots(profile: &Profile) -> HashMap<String, RootInfo> {
+    let process_names: HashMap<u32, &str> = profile
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.comm.as_str()))
+        .collect();
+    let mut roots = HashMap::new();
+    for (line, _) in &profile.stacks {
+        let root = line.split(';').next().unwrap_or(line);
+        if roots.contains_key(root) {
+            continue;
+        }
+        if let Some(info) = parse_thread_root(root, &process_names) {
+            roots.insert(root.to_string(), info);
+        }
+    }
+    roots
+}
+
+fn parse_thread_root(root: &str, process_names: &HashMap<u32, &str>) -> Option<RootInfo> {
+    let (head, tid) = root.rsplit_once('/')?;
+    let (name, pid) = head.rsplit_once('-')?;
+    let pid: u32 = pid.parse().ok()?;
+    let tid: u32 = tid.parse().ok()?;
+    let pname = process_names.get(&pid).copied().unwrap_or(name);
+    Some(RootInfo {
+        name: name.to_string(),
+        process: format!("{pname}-{pid}"),
+        pid: Some(pid),
+        tid: Some(tid),
+    })
+}
+
+fn recording_info(path: &Path, p: &Profile) -> Vec<(String, String)> {
+    let m = &p.metadata;
+    let mut info = vec![("input".to_string(), path.display().to_string())];
+    if !m.command.is_empty() {
+        info.push(("command".into(), m.command.join(" ")));
+    }
+    info.push(("event".into(), m.event.clone()));
+    if m.frequency_hz > 0 {
+        info.push(("frequency".into(), format!("{} Hz", m.frequency_hz)));
+    }
+    info.push(("call graph".into(), m.call_graph.clone()));
+    info.push((
+        "duration".into(),
+        format!("{:.2} s", p.duration_ns as f64 / 1e9),
+    ));
+    info.push(("samples".into(), p.samples.to_string()));
+    info.push(("lost samples".into(), p.lost_samples.to_string()));
+    info.push(("processes".into(), p.processes.len().to_string()));
+    if !m.host.is_empty() {
+        info.push(("host".into(), m.host.clone()));
+    }
+    info.push((
+        "complete".into(),
+        if p.damage.is_none() { "yes" } else { "no" }.into(),
+    ));
+    info
+}
+
+/// Parses folded text, `frame;frame;...;leaf COUNT` per line, as
+/// flamegraph.pl reads it: blank lines and `# ` comments are skipped, a
+/// fractional count is rounded, and a differential line (`stack BASE NEW`)
+/// counts as NEW. Returns the stacks (duplicates summed) and how many other
+/// non-blank lines there were.
+pub fn parse_folded(text: &str) -> (Vec<(String, u64)>, u64) {
+    let mut sums: HashMap<&str, u64> = HashMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    let mut bad = 0u64;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.trim_start().is_empty() || line.starts_with("# ") {
+            continue;
+        }
+        let Some((stack, count)) = line.rsplit_once(' ') else {
+            bad += 1;
+            continue;
+        };
+        let Some(count) = parse_count(count) else {
+            bad += 1;
+            continue;
+        };
+        // A differential pair: drop the base count.
+        let stack = match stack.rsplit_once(' ') {
+            Some((s, base)) if parse_count(base).is_some() => s,
+            _ => stack,
+        }
+        .trim_end();
+        if stack.is_empty() {
+            bad += 1;
+            continue;
+        }
+        match sums.get_mut(stack) {
+            Some(c) => *c = c.saturating_add(count),
+            None => {
+                sums.insert(stack, count);
+                order.push(stack);
+            }
+        }
+    }
+    let stacks = order
+        .into_iter()
+        .map(|s| (s.to_string(), sums.get(s).copied().unwrap_or(0)))
+        .collect();
+    (stacks, bad)
+}
+
+fn parse_count(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    if let Ok(n) = s.parse::<u64>() {
+        return Some(n);
+    }
+    let f: f64 = s.parse().ok()?;
+    // Saturates at u64::MAX for huge values; finite and non-negative here.
+    Some(f.round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folded_lines_parse_like_flamegraph_pl() {
+        let text = "a;b 3\n\n# comment\na;b 2\na;c 1.6\nbroken\nx;y 1 4\r\n a;d x\n";
+        let (stacks, bad) = parse_folded(text);
+        assert_eq!(
+            stacks,
+            vec![("a;b".into(), 5), ("a;c".into(), 2), ("x;y".into(), 4)]
+        );
+        assert_eq!(bad, 2);
+    }
+
+    #[test]
+    fn thread_roots_split_into_name_process_and_ids() {
+        let names: HashMap<u32, &str> = [(7, "main-proc")].into_iter().collect();
+        let r = parse_thread_root("my-worker-7/9", &names).expect("parses");
+        assert_eq!(r.name, "my-worker");
+        assert_eq!(r.process, "main-proc-7");
+        assert_eq!((r.pid, r.tid), (Some(7), Some(9)));
+        assert!(parse_thread_root("plain", &names).is_none());
+        assert!(parse_thread_root("a-b/c", &names).is_none());
+    }
+}
