@@ -4,89 +4,13 @@
 //! Tests need perf_event_open. Where it is denied they fail naming the
 //! cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-use flamerec_samples::{build, FramePointers, Sample};
-
-fn flamerec() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_flamerec"))
-}
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temporary directory")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Records `cmd` into `out`; `None` when perf tests are skipped.
-fn record(out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
-    let o = flamerec()
-        .arg("record")
-        .arg("-q")
-        .arg("-o")
-        .arg(out)
-        .args(extra)
-        .arg("--")
-        .args(cmd)
-        .output()
-        .expect("run flamerec");
-    let err = stderr(&o);
-    if err.contains("perf_event_open") {
-        if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
-            return None;
-        }
-        panic!("perf_event_open is not usable here, so this test cannot record: {err}");
-    }
-    Some(o)
-}
-
-/// Folded stacks of a recording as (frames root first, count).
-fn fold(path: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
-    let o = flamerec()
-        .arg("fold")
-        .args(extra)
-        .arg(path)
-        .output()
-        .expect("run flamerec fold");
-    assert!(o.status.success(), "fold failed: {}", stderr(&o));
-    String::from_utf8(o.stdout)
-        .expect("utf-8 folded output")
-        .lines()
-        .map(|l| {
-            let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
-            (
-                stack.split(';').map(str::to_owned).collect(),
-                count.parse().expect("count"),
-            )
-        })
-        .collect()
-}
-
-fn info_json(path: &Path) -> serde_json::Value {
-    let o = flamerec()
-        .args(["info", "--json"])
-        .arg(path)
-        .output()
-        .expect("run flamerec info");
-    assert!(o.status.success(), "info failed: {}", stderr(&o));
-    serde_json::from_slice(&o.stdout).expect("info --json is JSON")
-}
-
-/// Share (0–100) of samples whose stack satisfies `pred`.
-fn share(stacks: &[(Vec<String>, u64)], pred: impl Fn(&[String]) -> bool) -> f64 {
-    let total: u64 = stacks.iter().map(|s| s.1).sum();
-    let hit: u64 = stacks.iter().filter(|s| pred(&s.0)).map(|s| s.1).sum();
-    hit as f64 * 100.0 / total.max(1) as f64
-}
-
-fn sample_bin(s: Sample, fp: FramePointers) -> PathBuf {
-    build(s, fp).unwrap_or_else(|e| panic!("cannot build sample {s}: {e}"))
-}
+use common::*;
+use flamerec_samples::{FramePointers, Sample};
 
 #[test]
 fn dd_time_is_under_kernel_read_frames_without_callchain_markers() {

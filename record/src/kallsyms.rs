@@ -164,7 +164,14 @@ pub fn is_sampling_path(name: &str) -> bool {
 
 /// The scheduler's own frames, trimmed from off-CPU samples.
 pub fn is_scheduler(name: &str) -> bool {
-    matches!(name, "__schedule" | "schedule" | "__traceiter_sched_switch")
+    matches!(
+        name,
+        "__schedule"
+            | "schedule"
+            | "prepare_task_switch"
+            | "__traceiter_sched_switch"
+            | "schedule_idle"
+    )
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@
 mod kallsyms;
 mod launch;
 mod parse;
+mod proc_fs;
 mod procs;
 mod session;
+mod state;
 pub mod sys;
 
 use std::ffi::OsString;
@@ -201,6 +203,9 @@ pub enum RecordError {
         /// The error.
         source: std::io::Error,
     },
+    /// A process given to --pid does not exist.
+    #[error("no process with pid {0}")]
+    NoSuchProcess(u32),
     /// No command was given.
     #[error("no command to record: give one after `--`, or use --pid or --all-cpus")]
     NoCommand,

@@ -3,7 +3,7 @@
 //! Safe code over owned bytes: every field read is bounds-checked, and a
 //! record that does not fit is reported as malformed rather than trusted.
 
-use crate::sys::{record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID};
+use crate::sys::{record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT};
 
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +59,17 @@ pub enum PerfRecord<'a> {
     Lost {
         /// How many.
         count: u64,
+        /// Timestamp.
+        time: u64,
+    },
+    /// A monitored task was switched in or out.
+    Switch {
+        /// Switch-out (else switch-in).
+        out: bool,
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
         /// Timestamp.
         time: u64,
     },
@@ -158,6 +169,19 @@ impl Layout {
             * 8
     }
 
+    /// pid and tid from the sample_id trailer of a non-sample record.
+    fn trailer_tid(&self, body: &[u8]) -> (u32, u32) {
+        let len = self.trailer_len();
+        if self.sample_type & sample::TID == 0 || body.len() < len {
+            return (0, 0);
+        }
+        let mut b = Bytes {
+            b: &body[body.len() - len..],
+            pos: 0,
+        };
+        (b.u32().unwrap_or(0), b.u32().unwrap_or(0))
+    }
+
     /// Time from the sample_id trailer of a non-sample record.
     fn trailer_time(&self, body: &[u8]) -> u64 {
         let st = self.sample_type;
@@ -241,6 +265,15 @@ impl Layout {
                 time: self.trailer_time(body),
             },
             rt::THROTTLE => PerfRecord::Throttle,
+            rt::SWITCH => {
+                let (pid, tid) = self.trailer_tid(body);
+                PerfRecord::Switch {
+                    out: misc & MISC_SWITCH_OUT != 0,
+                    pid,
+                    tid,
+                    time: self.trailer_time(body),
+                }
+            }
             _ => PerfRecord::Other,
         })
     }

@@ -38,6 +38,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "processes": s.processes,
             "threads": s.threads,
             "bytes": s.bytes,
+            "truncated_stacks": s.truncated_stacks,
         });
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
@@ -71,6 +72,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     println!("duration:   {:.2} s", s.duration_s);
     println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
+    if m.call_graph == "dwarf" {
+        println!("stacks cut short: {}", s.truncated_stacks);
+    }
     if m.weight_unit != "samples" {
         println!("weight:     {} {}", s.weight, m.weight_unit);
     }

@@ -142,7 +142,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if live {
         eprint!("\r\x1b[K");
     }
-    if summary.truncated_stacks > 0 && summary.samples > 0 {
+    if summary.truncated_stacks > 0 && summary.samples >= 100 {
         let pct = summary.truncated_stacks as f64 * 100.0 / summary.samples as f64;
         if pct >= 1.0 {
             eprintln!(

@@ -66,7 +66,8 @@ impl UnwindSections {
     /// shares with the segment before: the code segment decides.
     pub fn svma_of_exec_mapping(&self, offset: u64) -> Option<u64> {
         const PAGE: u64 = 4096;
-        let holds = |s: &&Segment| offset >= s.offset & !(PAGE - 1) && offset < s.offset + s.filesz.max(1);
+        let holds =
+            |s: &&Segment| offset >= s.offset & !(PAGE - 1) && offset < s.offset + s.filesz.max(1);
         self.segments
             .iter()
             .filter(|s| s.exec)
@@ -84,17 +85,17 @@ impl UnwindSections {
 /// Where the bytes come from: a file on disk or a memory image.
 pub trait Source {
     /// Total size.
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
     /// Reads `len` bytes at `offset`, `None` when out of range or unreadable.
     fn read(&self, offset: u64, len: u64) -> Option<Vec<u8>>;
 }
 
 impl Source for File {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.metadata().map_or(0, |m| m.len())
     }
     fn read(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
-        if offset.checked_add(len)? > Source::len(self) {
+        if offset.checked_add(len)? > Source::size(self) {
             return None;
         }
         let mut buf = vec![0u8; usize::try_from(len).ok()?];
@@ -104,7 +105,7 @@ impl Source for File {
 }
 
 impl Source for [u8] {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         <[u8]>::len(self) as u64
     }
     fn read(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
@@ -189,12 +190,15 @@ mod tests {
         // when that page also holds the end of the segment before.
         let seg = s.segments.iter().find(|g| g.exec).unwrap();
         let page_off = seg.offset & !4095;
-        assert_eq!(s.svma_of_exec_mapping(page_off), Some(seg.vaddr - (seg.offset - page_off)));
+        assert_eq!(
+            s.svma_of_exec_mapping(page_off),
+            Some(seg.vaddr - (seg.offset - page_off))
+        );
     }
 
     #[test]
     fn garbage_is_not_an_elf_file() {
-        let junk = vec![0x7fu8; 200];
+        let junk = [0x7fu8; 200];
         assert!(read_unwind_sections(&junk[..]).is_none());
         assert!(read_unwind_sections(&b"\x7fELF"[..]).is_none());
     }

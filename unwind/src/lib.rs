@@ -138,7 +138,10 @@ impl StackUnwinder {
         let sections = if path.starts_with('/') {
             self.sections(path, build_id)
         } else {
-            self.files.get(&(path.to_string(), Vec::new())).cloned().flatten()
+            self.files
+                .get(&(path.to_string(), Vec::new()))
+                .cloned()
+                .flatten()
         };
         let proc = self.processes.entry(pid).or_insert_with(Process::new);
         // Whatever this mapping covers is gone.
@@ -154,7 +157,9 @@ impl StackUnwinder {
         }
         let Some(sections) = sections else { return };
         // Bias: where stated address 0 lands in this process.
-        let Some(svma) = sections.svma_of_exec_mapping(pgoff) else { return };
+        let Some(svma) = sections.svma_of_exec_mapping(pgoff) else {
+            return;
+        };
         let base_avma = start.wrapping_sub(svma);
         let info = ExplicitModuleSectionInfo {
             base_svma: 0,
@@ -199,7 +204,13 @@ impl StackUnwinder {
     /// Unwinds one user stack of `pid`. `stack` holds the bytes from
     /// `regs.sp` upwards. Appends the instruction pointer, then return
     /// addresses (not adjusted), outermost last.
-    pub fn unwind(&mut self, pid: u32, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> Outcome {
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        regs: UserRegs,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+    ) -> Outcome {
         self.stats.stacks += 1;
         let sp = regs.sp;
         let mut read_stack = |addr: u64| -> Result<u64, ()> {

@@ -18,6 +18,8 @@ use pes::bindings as b;
 
 /// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an MMAP2 record carries a build id.
 pub const MISC_MMAP_BUILD_ID: u16 = b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16;
+/// `PERF_RECORD_MISC_SWITCH_OUT`: a SWITCH record is a switch-out.
+pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;
 /// `PERF_RECORD_MISC_COMM_EXEC`: a COMM record comes from an exec.
 pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
 /// Callchain entries at or above this value are context markers.
@@ -71,6 +73,8 @@ pub mod record_type {
     pub const MMAP2: u32 = b::PERF_RECORD_MMAP2;
     /// Samples lost by the sampling code itself.
     pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
+    /// A monitored task was switched in or out.
+    pub const SWITCH: u32 = b::PERF_RECORD_SWITCH;
 }
 
 /// Which counter drives sampling.
@@ -82,6 +86,8 @@ pub enum Counter {
     TaskClock,
     /// Hardware cycles.
     Cycles,
+    /// Software context switches (one sample per switch-out).
+    ContextSwitches,
 }
 
 /// A safe description of the perf_event_attr flamerec uses.
@@ -89,8 +95,10 @@ pub enum Counter {
 pub struct EventConfig {
     /// The counter.
     pub counter: Counter,
-    /// Samples per second (frequency mode).
+    /// Samples per second (frequency mode); 0 samples every event.
     pub frequency: u64,
+    /// Also report every switch of a monitored task (PERF_RECORD_SWITCH).
+    pub context_switch: bool,
     /// `PERF_SAMPLE_*` bits.
     pub sample_type: u64,
     /// Do not sample kernel code.
@@ -115,7 +123,8 @@ pub struct EventConfig {
 
 /// The user registers flamerec samples for unwinding: bp, sp, ip (in this
 /// order in the sample, as their bit numbers ascend).
-pub const REGS_BP_SP_IP: u64 = (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
+pub const REGS_BP_SP_IP: u64 =
+    (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
 
 fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
     let mut a = b::perf_event_attr {
@@ -126,11 +135,20 @@ fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
         Counter::CpuClock => (b::PERF_TYPE_SOFTWARE, b::PERF_COUNT_SW_CPU_CLOCK as u64),
         Counter::TaskClock => (b::PERF_TYPE_SOFTWARE, b::PERF_COUNT_SW_TASK_CLOCK as u64),
         Counter::Cycles => (b::PERF_TYPE_HARDWARE, b::PERF_COUNT_HW_CPU_CYCLES as u64),
+        Counter::ContextSwitches => (
+            b::PERF_TYPE_SOFTWARE,
+            b::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
+        ),
     };
     a.type_ = ty;
     a.config = config;
-    a.__bindgen_anon_1.sample_freq = cfg.frequency;
-    a.set_freq(1);
+    if cfg.frequency > 0 {
+        a.__bindgen_anon_1.sample_freq = cfg.frequency;
+        a.set_freq(1);
+    } else {
+        a.__bindgen_anon_1.sample_period = 1;
+    }
+    a.set_context_switch(u64::from(cfg.context_switch));
     a.sample_type = cfg.sample_type;
     a.set_disabled(1);
     a.set_inherit(u64::from(cfg.inherit));
@@ -185,6 +203,18 @@ pub fn enable(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: ENABLE takes an integer argument and only affects the event
     // behind this descriptor, which `fd` keeps open.
     let r = unsafe { pes::ioctls::ENABLE(fd.as_raw_fd(), 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends the records of `fd` to the ring buffer mapped for `target`
+/// (events of one CPU then share one buffer).
+pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
+    // SAFETY: SET_OUTPUT takes another perf event descriptor, which `target`
+    // keeps open for the duration of the call.
+    let r = unsafe { pes::ioctls::SET_OUTPUT(fd.as_raw_fd(), target.as_raw_fd()) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -248,4 +278,10 @@ pub fn page_size() -> usize {
 /// This process's pid.
 pub fn getpid() -> u32 {
     std::process::id()
+}
+
+/// Whether flamerec runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }

@@ -1,0 +1,427 @@
+//! Turning perf records into `.frec` records: mappings and names tracked
+//! per process, callchains trimmed and resolved to (module, offset) frames,
+//! user stacks unwound in dwarf mode, off-CPU intervals measured.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io;
+
+use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, Writer};
+use flamerec_unwind::{StackUnwinder, UserRegs};
+
+use crate::kallsyms::{is_sampling_path, is_scheduler, AddressRanges, Kallsyms};
+use crate::parse::{split, Layout, PerfRecord, SampleRecord};
+use crate::procs::{module_for, Processes};
+use crate::sys;
+use crate::{CallGraph, EventKind, RecordOptions};
+
+/// One perf event of one CPU (or its ring owner).
+pub(crate) struct Event {
+    pub(crate) fd: std::os::fd::OwnedFd,
+    pub(crate) ring: Option<sys::RingBuffer>,
+}
+
+/// Everything the loop keeps between rounds.
+pub(crate) struct State<W: io::Write> {
+    pub(crate) writer: Writer<W>,
+    kallsyms: Kallsyms,
+    kernel_module: ModuleId,
+    unknown_module: ModuleId,
+    kernel_frames: HashMap<u64, FrameId>,
+    symbols_written: HashSet<usize>,
+    trim: AddressRanges,
+    trim_sched: AddressRanges,
+    off_cpu: bool,
+    procs: Processes,
+    layout: Layout,
+    start_mono: u64,
+    pub(crate) lost: u64,
+    malformed: u64,
+    pub(crate) pids: HashSet<u32>,
+    pub(crate) tids: HashSet<u32>,
+    pub(crate) warnings: Vec<String>,
+    frames: Vec<FrameId>,
+    pub(crate) unwinder: Option<StackUnwinder>,
+    user_addrs: Vec<u64>,
+    /// System-wide mode: flamerec's own pid, whose samples are dropped.
+    pub(crate) exclude_pid: Option<u32>,
+    /// Off-CPU: per thread, the stack and time it was switched out.
+    blocked: HashMap<u32, (u32, u32, u64)>,
+    /// Throttle records seen (the kernel slowed sampling down).
+    pub(crate) throttles: u64,
+}
+
+impl<W: io::Write> State<W> {
+    pub(crate) fn new(
+        mut writer: Writer<W>,
+        kallsyms: Kallsyms,
+        opts: &RecordOptions,
+        start_mono: u64,
+        sample_type: u64,
+    ) -> Self {
+        let kernel_module = writer.module(&Module {
+            kind: ModuleKind::Kernel,
+            path: "[kernel.kallsyms]".into(),
+            build_id: Vec::new(),
+        });
+        let unknown_module = writer.module(&Module {
+            kind: ModuleKind::Anonymous,
+            path: "[unknown]".into(),
+            build_id: Vec::new(),
+        });
+        let extra: HashSet<&str> = opts.trim.iter().map(String::as_str).collect();
+        let keep = opts.keep_profiler_frames;
+        let trim = kallsyms.ranges(|n| (!keep && is_sampling_path(n)) || extra.contains(n));
+        let trim_sched = kallsyms.ranges(|n| !keep && is_scheduler(n));
+        let mut warnings = Vec::new();
+        if opts.kernel && kallsyms.is_empty() {
+            warnings.push(
+                "kernel symbols are hidden (/proc/kallsyms shows no addresses: check kernel.kptr_restrict); kernel frames will show as addresses"
+                    .into(),
+            );
+        }
+        State {
+            writer,
+            kallsyms,
+            kernel_module,
+            unknown_module,
+            kernel_frames: HashMap::new(),
+            symbols_written: HashSet::new(),
+            trim,
+            trim_sched,
+            off_cpu: opts.event == EventKind::OffCpu,
+            procs: Processes::default(),
+            layout: Layout { sample_type },
+            start_mono,
+            lost: 0,
+            malformed: 0,
+            pids: HashSet::new(),
+            tids: HashSet::new(),
+            warnings,
+            frames: Vec::new(),
+            unwinder: (opts.call_graph == CallGraph::Dwarf).then(new_unwinder),
+            user_addrs: Vec::new(),
+            exclude_pid: None,
+            blocked: HashMap::new(),
+            throttles: 0,
+        }
+    }
+
+    pub(crate) fn seen(&mut self, pid: u32, tid: u32) {
+        self.pids.insert(pid);
+        self.tids.insert(tid);
+    }
+
+    fn rel(&self, t: u64) -> u64 {
+        t.saturating_sub(self.start_mono)
+    }
+
+    /// Copies every ring out, then handles the records of all CPUs in time
+    /// order, so an exec or mmap on one CPU precedes samples on another.
+    pub(crate) fn drain(&mut self, events: &mut [Event], bufs: &mut [Vec<u8>]) {
+        for (e, buf) in events.iter_mut().zip(bufs.iter_mut()) {
+            buf.clear();
+            if let Some(ring) = &mut e.ring {
+                ring.drain(buf);
+            }
+        }
+        let mut recs = Vec::new();
+        for buf in bufs.iter() {
+            for (ty, misc, body) in split(buf, &mut self.malformed) {
+                match self.layout.decode(ty, misc, body) {
+                    Some(r) => recs.push(r),
+                    None => self.malformed += 1,
+                }
+            }
+        }
+        recs.sort_by_key(record_time);
+        for r in recs {
+            self.handle(r);
+        }
+    }
+
+    fn handle(&mut self, r: PerfRecord<'_>) {
+        match r {
+            PerfRecord::Sample(s) => self.sample(&s),
+            PerfRecord::Mmap {
+                pid,
+                addr,
+                len,
+                pgoff,
+                build_id,
+                filename,
+                time,
+            } => {
+                let module = module_for(filename, build_id.unwrap_or(&[]));
+                let kind = module.kind;
+                if let Some(u) = &mut self.unwinder {
+                    let end = addr.saturating_add(len);
+                    u.add_mapping(pid, addr, end, pgoff, filename, &module.build_id);
+                }
+                let id = self.writer.module(&module);
+                self.procs.map(pid, addr, len, pgoff, id, kind);
+                let time_ns = self.rel(time);
+                self.writer.mapping(&Mapping {
+                    time_ns,
+                    pid,
+                    start: addr,
+                    end: addr.saturating_add(len),
+                    pgoff,
+                    module: id,
+                });
+            }
+            PerfRecord::Comm {
+                pid,
+                tid,
+                name,
+                exec,
+                time,
+            } => {
+                if exec {
+                    self.procs.exec(pid);
+                    if let Some(u) = &mut self.unwinder {
+                        u.exec(pid);
+                    }
+                }
+                self.seen(pid, tid);
+                let t = self.rel(time);
+                self.writer.comm(t, pid, tid, name, exec);
+            }
+            PerfRecord::Task {
+                exit,
+                pid,
+                ppid,
+                tid,
+                ptid,
+                time,
+            } => {
+                let t = self.rel(time);
+                if exit {
+                    self.blocked.remove(&tid);
+                    self.writer.exit(t, pid, tid);
+                } else {
+                    self.procs.fork(ppid, pid);
+                    if let Some(u) = &mut self.unwinder {
+                        u.fork(ppid, pid);
+                    }
+                    self.seen(pid, tid);
+                    self.writer.fork(t, pid, ppid, tid, ptid);
+                }
+            }
+            PerfRecord::Lost { count, time } => {
+                self.lost += count;
+                let t = self.rel(time);
+                self.writer.lost(t, count);
+            }
+            PerfRecord::Switch {
+                out: false,
+                pid,
+                tid,
+                time,
+            } => {
+                // Back on a CPU: the interval since its switch-out is off-CPU time.
+                if let Some((spid, stack, out_ns)) = self.blocked.remove(&tid) {
+                    let in_ns = self.rel(time);
+                    self.write_off_cpu(spid.max(pid), tid, stack, out_ns, in_ns);
+                }
+            }
+            PerfRecord::Throttle => self.throttles += 1,
+            PerfRecord::Switch { .. } | PerfRecord::Other => {}
+        }
+    }
+
+    fn write_off_cpu(&mut self, pid: u32, tid: u32, stack: u32, out_ns: u64, in_ns: u64) {
+        if in_ns > out_ns {
+            self.writer.sample(Sample {
+                time_ns: out_ns,
+                pid,
+                tid,
+                stack,
+                weight: in_ns - out_ns,
+            });
+        }
+    }
+
+    /// Off-CPU: threads still blocked when recording stops count until `end_ns`.
+    pub(crate) fn finish_blocked(&mut self, end_ns: u64) {
+        let mut left: Vec<_> = self.blocked.drain().collect();
+        left.sort_unstable_by_key(|&(tid, (_, _, out))| (out, tid));
+        for (tid, (pid, stack, out_ns)) in left {
+            self.write_off_cpu(pid, tid, stack, out_ns, end_ns);
+        }
+    }
+
+    /// A thread name learned from /proc (attached or system-wide targets).
+    pub(crate) fn synth_comm(&mut self, pid: u32, tid: u32, name: &str) {
+        self.seen(pid, tid);
+        self.writer.comm(0, pid, tid, name, false);
+    }
+
+    /// An executable mapping learned from /proc/PID/maps.
+    pub(crate) fn synth_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
+        let module = module_for(path, &[]);
+        let kind = module.kind;
+        if let Some(u) = &mut self.unwinder {
+            u.add_mapping(pid, start, end, pgoff, path, &[]);
+        }
+        let id = self.writer.module(&module);
+        self.procs.map(pid, start, end - start, pgoff, id, kind);
+        self.writer.mapping(&Mapping {
+            time_ns: 0,
+            pid,
+            start,
+            end,
+            pgoff,
+            module: id,
+        });
+    }
+
+    /// Whether a leading kernel frame belongs to the profiler, not the workload.
+    fn trimmed(&self, addr: u64) -> bool {
+        self.trim.contains(addr) || (self.off_cpu && self.trim_sched.contains(addr))
+    }
+
+    fn kernel_frame(&mut self, addr: u64) -> FrameId {
+        if let Some(&f) = self.kernel_frames.get(&addr) {
+            return f;
+        }
+        if let Some(i) = self.kallsyms.lookup(addr) {
+            if self.symbols_written.insert(i) {
+                let sym = self.kallsyms.symbol(i);
+                self.writer.kernel_symbol(&sym);
+            }
+        }
+        let f = self.writer.frame(Frame {
+            module: self.kernel_module,
+            address: addr,
+        });
+        self.kernel_frames.insert(addr, f);
+        f
+    }
+
+    fn sample(&mut self, s: &SampleRecord<'_>) {
+        if self.exclude_pid == Some(s.pid) {
+            return;
+        }
+        self.seen(s.pid, s.tid);
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        let mut context = 0u64;
+        let mut first_in_context = true;
+        let mut trimming = true;
+        for ip in s.callchain() {
+            if ip >= sys::PERF_CONTEXT_MAX {
+                context = ip;
+                first_in_context = true;
+                continue;
+            }
+            // Caller frames hold return addresses: step back into the call.
+            let addr = if first_in_context {
+                ip
+            } else {
+                ip.wrapping_sub(1)
+            };
+            first_in_context = false;
+            if context == sys::PERF_CONTEXT_KERNEL {
+                if trimming && self.trimmed(addr) {
+                    continue;
+                }
+                trimming = false;
+                let f = self.kernel_frame(addr);
+                frames.push(f);
+            } else if context == sys::PERF_CONTEXT_USER {
+                trimming = false;
+                let frame = self.procs.resolve(s.pid, addr).unwrap_or(Frame {
+                    module: self.unknown_module,
+                    address: addr,
+                });
+                frames.push(self.writer.frame(frame));
+            }
+        }
+        if let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) {
+            let mut addrs = std::mem::take(&mut self.user_addrs);
+            addrs.clear();
+            u.unwind(s.pid, UserRegs { ip, sp, bp }, s.user_stack, &mut addrs);
+            for (i, &a) in addrs.iter().enumerate() {
+                // Return addresses step back into the call instruction.
+                let addr = if i == 0 { a } else { a.wrapping_sub(1) };
+                let frame = self.procs.resolve(s.pid, addr).unwrap_or(Frame {
+                    module: self.unknown_module,
+                    address: addr,
+                });
+                frames.push(self.writer.frame(frame));
+            }
+            self.user_addrs = addrs;
+        }
+        if frames.is_empty() && s.ip != 0 {
+            let f = if s.ip >= 1 << 63 {
+                self.kernel_frame(s.ip)
+            } else {
+                let frame = self.procs.resolve(s.pid, s.ip).unwrap_or(Frame {
+                    module: self.unknown_module,
+                    address: s.ip,
+                });
+                self.writer.frame(frame)
+            };
+            frames.push(f);
+        }
+        frames.reverse();
+        let stack = self.writer.stack(&frames);
+        self.frames = frames;
+        let time_ns = self.rel(s.time);
+        if self.off_cpu {
+            // Weighed when the thread runs again (see the Switch record).
+            self.blocked.insert(s.tid, (s.pid, stack, time_ns));
+            return;
+        }
+        self.writer.sample(Sample {
+            time_ns,
+            pid: s.pid,
+            tid: s.tid,
+            stack,
+            weight: 1,
+        });
+    }
+}
+
+fn record_time(r: &PerfRecord<'_>) -> u64 {
+    match r {
+        PerfRecord::Sample(s) => s.time,
+        PerfRecord::Mmap { time, .. }
+        | PerfRecord::Comm { time, .. }
+        | PerfRecord::Task { time, .. }
+        | PerfRecord::Lost { time, .. }
+        | PerfRecord::Switch { time, .. } => *time,
+        PerfRecord::Throttle | PerfRecord::Other => 0,
+    }
+}
+
+/// An unwinder that also knows this kernel's vDSO, read from our own
+/// address space (every process maps the same image).
+pub(crate) fn new_unwinder() -> StackUnwinder {
+    let mut u = StackUnwinder::new();
+    if let Some(image) = own_vdso() {
+        u.add_image("[vdso]", &image);
+    }
+    u
+}
+
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let range = line.split_whitespace().next()?;
+    let (a, b) = range.split_once('-')?;
+    let (start, end) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    let len = usize::try_from(end.checked_sub(start)?).ok()?;
+    if len > 1 << 20 {
+        return None;
+    }
+    let mem = File::open("/proc/self/mem").ok()?;
+    let mut buf = vec![0u8; len];
+    mem.read_exact_at(&mut buf, start).ok()?;
+    Some(buf)
+}
