@@ -3,6 +3,7 @@
 //! real ELF on disk) and whose kernel frames use embedded kernel symbols.
 
 mod dwarf;
+mod perfdata;
 mod support;
 
 use flamerec_fold::{fold_recording, write_json_summary, write_svg, FoldError, FoldOptions};
@@ -500,8 +501,12 @@ fn anonymous_frames_are_named_from_the_processes_perf_maps() {
         path: "[anon]".into(),
         build_id: Vec::new(),
     });
-    let f = [0x7f00_0000_1010u64, 0x7f00_0000_2004, 0x7f00_0000_3000]
-        .map(|address| w.frame(Frame { module: anon, address }));
+    let f = [0x7f00_0000_1010u64, 0x7f00_0000_2004, 0x7f00_0000_3000].map(|address| {
+        w.frame(Frame {
+            module: anon,
+            address,
+        })
+    });
     let s = w.stack(&f);
     w.comm(0, 4242, 4242, "node", true);
     w.sample(sample(4242, 4242, s, 1));

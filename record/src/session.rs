@@ -362,7 +362,7 @@ pub fn record(
 /// Opens one event per (task, CPU); per CPU the first event owns the ring
 /// buffer and the others write into it.
 fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Event>, RecordError> {
-    let mut events = Vec::new();
+    let mut events: Vec<Event> = Vec::new();
     for cpu in crate::online_cpus() {
         let mut owner: Option<usize> = None;
         for &task in tasks {

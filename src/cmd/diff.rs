@@ -35,7 +35,8 @@ pub struct Args {
     /// Exit with status 3 if any function's total share grew by more than PCT points.
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     fail_above: Option<f64>,
-    /// Leave out functions whose total share is below PCT in both profiles.
+    /// Leave out functions whose total share is below PCT in both profiles
+    /// (from every output and from --fail-above).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     min_share: Option<f64>,
     /// Symbolization threads for recordings (default: all cores).

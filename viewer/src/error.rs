@@ -22,7 +22,7 @@ pub enum ViewerError {
     #[error(transparent)]
     Fold(#[from] flamerec_fold::FoldError),
     /// The input is neither a recording nor folded text.
-    #[error("{}: not a .frec recording or folded stacks (no `frame;frame;... COUNT` line; {bad} lines could not be read)", path.display())]
+    #[error("{}: not a .frec recording, perf.data or folded stacks (none of its {bad} non-blank lines reads as `frame;...;leaf COUNT`)", path.display())]
     NotFolded {
         /// The input path.
         path: PathBuf,

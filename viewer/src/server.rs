@@ -57,8 +57,8 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|source| ViewerError::Bind { port, source })?;
-        let http = tiny_http::Server::from_listener(listener, None)
-            .map_err(|e| ViewerError::Server {
+        let http =
+            tiny_http::Server::from_listener(listener, None).map_err(|e| ViewerError::Server {
                 reason: e.to_string(),
             })?;
         Ok(Server {

@@ -134,7 +134,7 @@ pub(crate) fn encode(title: &str, sides: &[&Source]) -> Result<(String, Shape), 
             }
             open.push(nodes.len());
             nodes.push(u64::from(name));
-            nodes.extend(std::iter::repeat(0).take(stride - 1));
+            nodes.resize(nodes.len() + stride - 1, 0);
         }
         if let Some(&leaf) = open.last() {
             if let Some(s) = nodes.get_mut(leaf + 2 + p.side) {
@@ -163,7 +163,10 @@ pub(crate) fn encode(title: &str, sides: &[&Source]) -> Result<(String, Shape), 
     let mut threads: Vec<ThreadJson> = Vec::with_capacity(top_level.len());
     for (&label, info) in top_level.iter().zip(&infos) {
         let mut ids = [0u32; 2];
-        for (slot, s) in ids.iter_mut().zip([info.name.as_str(), info.process.as_str()]) {
+        for (slot, s) in ids
+            .iter_mut()
+            .zip([info.name.as_str(), info.process.as_str()])
+        {
             *slot = match string_ids.get(s) {
                 Some(&id) => id,
                 None => {

@@ -198,7 +198,7 @@ fn by_name(stacks: &[(String, u64)]) -> HashMap<String, Weights> {
 }
 
 /// For names that recordings among `sides` place in exactly one module, that module.
-fn module_labels<'a>(sides: [&'a Side; 2]) -> HashMap<&'a str, String> {
+fn module_labels(sides: [&Side; 2]) -> HashMap<&str, String> {
     let mut modules: HashMap<&str, Option<&str>> = HashMap::new();
     for side in sides {
         if side.kind != SideKind::Recording {

@@ -248,14 +248,13 @@ fn plural(n: usize, word: &str) -> String {
 /// `1234567` as `1,234,567`.
 fn thousands(n: u64) -> String {
     let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    let groups: Vec<String> = digits
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|g| g.iter().map(|&b| char::from(b)).collect())
+        .collect();
+    groups.join(",")
 }
 
 #[cfg(test)]

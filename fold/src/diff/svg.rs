@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::{Diff, Side};
-use crate::names::sanitize;
+use crate::names::{sanitize, sanitize_root};
 
 /// How the differential flamegraph is labelled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,16 +55,18 @@ pub fn write_diff_svg<W: Write>(
     opts: &SvgOptions,
     mut out: W,
 ) -> io::Result<()> {
+    // Both sides spelled as drawn, so equal-looking frames are one node.
+    let base_lines = drawn_lines(&base.stacks);
+    let lines = drawn_lines(&new.stacks);
     let mut tree = Tree::default();
-    for (stack, w) in &base.stacks {
-        tree.add(stack, *w, 0);
+    for l in &base_lines {
+        tree.add(l.stack(), l.count, 0);
     }
-    for (stack, w) in &new.stacks {
-        tree.add(stack, *w, 1);
+    for l in &lines {
+        tree.add(l.stack(), l.count, 1);
     }
     let (base_total, new_total) = (base.total(), new.total());
 
-    let lines = inferno_lines(&new.stacks);
     let frames = layout(&tree, &lines);
     let delta = |node: usize| -> f64 {
         let Some(n) = tree.nodes.get(node) else {
@@ -84,7 +86,7 @@ pub fn write_diff_svg<W: Write>(
     iopts.count_name = new.weight_unit.clone();
     iopts.hash = true;
     iopts.deterministic = true;
-    iopts.no_sort = true; // `lines` are sorted as inferno sorts them.
+    iopts.no_sort = true; // `lines` are in the order inferno checks.
     let mut svg: Vec<u8> = Vec::new();
     let drawn = inferno::flamegraph::from_lines(
         &mut iopts,
@@ -223,56 +225,72 @@ impl<'a> Tree<'a> {
     }
 }
 
-/// One line handed to inferno, with the stack it stands for.
-struct Line<'a> {
-    /// `stack COUNT` as inferno reads it (leaf spelled so its end is not a count).
+/// One stack as inferno reads it: every frame spelled as folded output
+/// spells it (no control characters, no trailing count-like word, no `# ` at
+/// the start), so inferno splits it exactly as we do.
+struct Line {
+    /// `stack COUNT`.
     line: String,
-    /// The stack as in the side (the tree's key).
-    stack: &'a str,
+    /// Length of the stack at the start of `line`.
+    stack_len: usize,
     count: u64,
 }
 
-/// NEW's lines filtered and sorted exactly as inferno would.
-fn inferno_lines(stacks: &[(String, u64)]) -> Vec<Line<'_>> {
-    let mut lines: Vec<Line<'_>> = stacks
+impl Line {
+    fn stack(&self) -> &str {
+        self.line.get(..self.stack_len).unwrap_or("")
+    }
+}
+
+/// A side's stacks as drawn, in the order inferno checks: by stack, count
+/// left aside. (Sorting whole lines, count included, can disagree with that
+/// check when a frame continues with a space, as `a 7x` after `a`.)
+fn drawn_lines(stacks: &[(String, u64)]) -> Vec<Line> {
+    let mut lines: Vec<Line> = stacks
         .iter()
         .filter(|(_, w)| *w > 0)
         .map(|(stack, count)| {
-            let drawn = match stack.rsplit_once(';') {
-                Some((head, leaf)) => format!("{head};{}", sanitize(leaf)),
-                None => sanitize(stack),
-            };
+            let mut line = String::with_capacity(stack.len() + 12);
+            for (i, frame) in stack.split(';').enumerate() {
+                if i == 0 {
+                    line.push_str(&sanitize_root(frame));
+                } else {
+                    line.push(';');
+                    line.push_str(&sanitize(frame));
+                }
+            }
+            // A root `#` alone would make the line `# COUNT`, a comment to inferno.
+            if line == "#" {
+                line.replace_range(0..1, "_");
+            }
+            let stack_len = line.len();
+            line.push(' ');
+            line.push_str(&count.to_string());
             Line {
-                line: format!("{drawn} {count}"),
-                stack: stack.as_str(),
+                line,
+                stack_len,
                 count: *count,
             }
         })
-        // inferno trims lines and skips `# ` comments before sorting.
-        .filter(|l| !l.line.trim().starts_with("# ") && l.line.trim() == l.line)
         .collect();
-    lines.sort_unstable_by(|a, b| a.line.cmp(&b.line));
+    lines.sort_unstable_by(|a, b| a.stack().cmp(b.stack()));
     lines
 }
 
 /// Which tree node each drawn frame is, keyed by (depth, first sample) as
 /// inferno places them: frames open where a line's frames first differ from
 /// the previous line's, and stay open while lines share them.
-fn layout(tree: &Tree<'_>, lines: &[Line<'_>]) -> HashMap<(usize, u64), usize> {
+fn layout(tree: &Tree<'_>, lines: &[Line]) -> HashMap<(usize, u64), usize> {
     let mut frames = HashMap::new();
     frames.insert((0, 0), ROOT);
     let mut prev: Vec<&str> = Vec::new();
     let mut path: Vec<usize> = vec![ROOT];
     let mut time = 0u64;
     for l in lines {
-        let drawn_stack = match l.line.rsplit_once(' ') {
-            Some((s, _)) => s,
-            None => continue,
-        };
-        let drawn: Vec<&str> = drawn_stack.split(';').collect();
+        let drawn: Vec<&str> = l.stack().split(';').collect();
         let shared = drawn.iter().zip(&prev).take_while(|(a, b)| a == b).count();
         path.truncate(shared + 1);
-        for (i, frame) in l.stack.split(';').enumerate().skip(shared) {
+        for (i, frame) in drawn.iter().enumerate().skip(shared) {
             let parent = path.last().copied().unwrap_or(ROOT);
             let Some(node) = tree.child(parent, frame) else {
                 break;
@@ -314,6 +332,11 @@ fn recolor(svg: &str, change: impl Fn(usize, u64) -> Option<FrameChange>) -> Str
     let mut out = String::with_capacity(svg.len() + spots.len() * 24);
     let mut copied = 0;
     for s in &spots {
+        // Spots come in document order; one that does not is left alone
+        // rather than sliced backwards.
+        if s.fill.0 < copied || s.title_paren.is_some_and(|p| p < copied) {
+            continue;
+        }
         let depth = depth_of.get(&s.y).copied().unwrap_or(0);
         let c = change(depth, s.fg_x);
         let (title_note, fill) = match &c {

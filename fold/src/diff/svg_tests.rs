@@ -142,7 +142,59 @@ fn odd_frame_names_keep_every_frame_matched() {
 }
 
 #[test]
+fn stacks_that_sort_differently_with_their_counts_still_draw() {
+    // By whole line `p;a 9` sorts after `p;a 7x 1`, by stack before it;
+    // inferno checks the latter. Tabs inside inner frames likewise.
+    let svg = draw("p;a 1\n", "p;a 9\np;a 7x 1\np;a\t;b 2\np;a;c 3\n");
+    let f = frames(&svg);
+    every_frame_is_annotated(&f);
+    assert_eq!(fill_of(&f, "c"), "rgb(255,100,100)");
+}
+
+#[test]
 fn an_empty_new_side_draws_a_placeholder() {
     let svg = draw("p;a 1\n", "");
     assert!(svg.contains("<svg"), "{svg}");
+}
+
+#[test]
+fn random_stacks_of_awkward_frames_are_all_matched() {
+    const FRAMES: [&str; 12] = [
+        "a", "a 7", "a 7x", "a\t", "# x", "#", "", " b", "b", "<&>", "9", "x.5",
+    ];
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    for round in 0..300 {
+        let mut make = || {
+            let stacks: Vec<(String, u64)> = (0..1 + next(12))
+                .map(|_| {
+                    let depth = 1 + next(5);
+                    let frames: Vec<&str> =
+                        (0..depth).map(|_| FRAMES[next(FRAMES.len())]).collect();
+                    (frames.join(";"), 1 + next(20) as u64)
+                })
+                .collect();
+            Side {
+                kind: super::super::SideKind::Folded,
+                stacks,
+                functions: None,
+                weight_unit: "samples".to_string(),
+                warnings: Vec::new(),
+            }
+        };
+        let (base, new) = (make(), make());
+        let diff = Diff::new(&base, &new);
+        let mut out = Vec::new();
+        write_diff_svg(&base, &new, &diff, &SvgOptions::default(), &mut out)
+            .unwrap_or_else(|e| panic!("round {round}: {e}: {:?}", new.stacks));
+        let svg = String::from_utf8(out).unwrap();
+        let f = frames(&svg);
+        assert!(f.len() > 1, "round {round}: {:?}", new.stacks);
+        every_frame_is_annotated(&f);
+    }
 }

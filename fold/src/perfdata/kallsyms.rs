@@ -89,14 +89,16 @@ mod tests {
                     bogus\n";
         let k = Kallsyms::parse(text.as_bytes());
         assert_eq!(k.syms.len(), 3);
-        let got = k.covering(&[0xffff_ffff_8100_0150, 0xffff_ffff_8100_0010, 0xffff_ffff_c000_1004, 5]);
+        let got = k.covering(&[
+            0xffff_ffff_8100_0150,
+            0xffff_ffff_8100_0010,
+            0xffff_ffff_c000_1004,
+            5,
+        ]);
         let names: Vec<(&str, u64, &str)> = got
             .iter()
             .map(|s| (s.name.as_str(), s.size, s.module.as_str()))
             .collect();
-        assert_eq!(
-            names,
-            vec![("_text", 0x200, ""), ("ext4_read", 0, "ext4")]
-        );
+        assert_eq!(names, vec![("_text", 0x200, ""), ("ext4_read", 0, "ext4")]);
     }
 }

@@ -12,19 +12,18 @@
 //!
 //! Every sample counts 1, as `perf script | stackcollapse-perf` counts.
 
+mod check;
 mod kallsyms;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use flamerec_format::{
     Frame, FrameId, Metadata, Module, ModuleId, ModuleKind, Sample, Totals, Writer,
 };
-use linux_perf_data::linux_perf_event_reader::{
-    CpuMode, EventRecord, Mmap2FileId, SamplingPolicy,
-};
+use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord, Mmap2FileId, SamplingPolicy};
 use linux_perf_data::{PerfFileReader, PerfFileRecord};
 
 use crate::error::FoldError;
@@ -75,9 +74,13 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
         path: path.to_path_buf(),
         reason: e.to_string(),
     };
-    let file = File::open(path).map_err(|source| FoldError::Open {
+    let mut file = File::open(path).map_err(|source| FoldError::Open {
         path: path.to_path_buf(),
         source,
+    })?;
+    prevalidate(&mut file).map_err(|reason| FoldError::PerfData {
+        path: path.to_path_buf(),
+        reason,
     })?;
     let PerfFileReader {
         mut perf_file,
@@ -93,8 +96,18 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
             .map(|c| c.iter().map(|s| s.to_string()).collect())
             .unwrap_or_default(),
         target: "perf.data".into(),
-        host: perf_file.hostname().ok().flatten().unwrap_or_default().into(),
-        kernel_release: perf_file.os_release().ok().flatten().unwrap_or_default().into(),
+        host: perf_file
+            .hostname()
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .into(),
+        kernel_release: perf_file
+            .os_release()
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .into(),
         event: attr.and_then(|a| a.name()).unwrap_or("unknown").into(),
         frequency_hz: match attr.map(|a| &a.attr.sampling_policy) {
             Some(SamplingPolicy::Frequency(f)) => *f,
@@ -205,6 +218,22 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
     Ok(Imported { bytes, warnings })
 }
 
+/// Runs [`check::check`] on `file` and rewinds it.
+fn prevalidate(file: &mut File) -> Result<(), String> {
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    let mut head = [0u8; 104];
+    file.read_exact(&mut head)
+        .map_err(|_| "too short for a perf.data header")?;
+    check::check(&head, len, |off, size| {
+        let mut buf = vec![0; usize::try_from(size).ok()?];
+        file.seek(SeekFrom::Start(off)).ok()?;
+        file.read_exact(&mut buf).ok()?;
+        Some(buf)
+    })?;
+    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 impl Importer {
     fn rel(&mut self, time: Option<u64>) -> u64 {
         match (time, self.base_time) {
@@ -295,7 +324,14 @@ impl Importer {
                     Mmap2FileId::BuildId(b) => Some(b.clone()),
                     Mmap2FileId::InodeAndVersion(_) => None,
                 };
-                self.map(id(m.pid), m.address, m.length, m.page_offset, &path, build_id);
+                self.map(
+                    id(m.pid),
+                    m.address,
+                    m.length,
+                    m.page_offset,
+                    &path,
+                    build_id,
+                );
             }
             EventRecord::Lost(l) => {
                 self.lost = self.lost.saturating_add(l.count);
@@ -340,7 +376,15 @@ impl Importer {
         self.frames.push(f);
     }
 
-    fn map(&mut self, pid: u32, start: u64, len: u64, pgoff: u64, path: &[u8], bid: Option<Vec<u8>>) {
+    fn map(
+        &mut self,
+        pid: u32,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &[u8],
+        bid: Option<Vec<u8>>,
+    ) {
         let Some(end) = start.checked_add(len).filter(|&e| e > start) else {
             return;
         };
@@ -352,7 +396,11 @@ impl Importer {
         } else {
             ModuleKind::Anonymous
         };
-        let key_path = if kind == ModuleKind::Anonymous { "[anon]".to_string() } else { text };
+        let key_path = if kind == ModuleKind::Anonymous {
+            "[anon]".to_string()
+        } else {
+            text
+        };
         let build_id = bid
             .or_else(|| self.build_ids.get(path).cloned())
             .unwrap_or_default();

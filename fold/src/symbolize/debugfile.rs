@@ -24,7 +24,11 @@ pub(crate) fn build_id_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
     }
     let h = hex(build_id);
     let (head, rest) = h.split_at(2);
-    Some(dir.join(".build-id").join(head).join(format!("{rest}.debug")))
+    Some(
+        dir.join(".build-id")
+            .join(head)
+            .join(format!("{rest}.debug")),
+    )
 }
 
 /// Finds and reads the debug file of the binary at `binary_path`, whose

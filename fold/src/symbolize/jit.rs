@@ -43,7 +43,10 @@ impl PerfMap {
     }
 
     fn lookup(&self, addr: u64) -> Option<&str> {
-        let i = self.entries.partition_point(|e| e.0 <= addr).checked_sub(1)?;
+        let i = self
+            .entries
+            .partition_point(|e| e.0 <= addr)
+            .checked_sub(1)?;
         let (start, size, name) = self.entries.get(i)?;
         (addr - start < *size).then_some(name.as_str())
     }

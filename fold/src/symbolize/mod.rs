@@ -232,9 +232,9 @@ fn symbol_data(m: &Module, ctx: &Context<'_>) -> Result<SymbolData, Unusable> {
     if let Some(hit) = ctx.cache.as_ref().and_then(|c| c.load(&m.build_id)) {
         // A debug file installed since the entry was made is worth a rebuild.
         let newer_debug = !hit.has_dwarf
-            && dirs.iter().any(|d| {
-                debugfile::build_id_path(d, &m.build_id).is_some_and(|p| p.is_file())
-            });
+            && dirs
+                .iter()
+                .any(|d| debugfile::build_id_path(d, &m.build_id).is_some_and(|p| p.is_file()));
         if !newer_debug {
             return Ok(hit);
         }

@@ -66,10 +66,7 @@ impl SymbolData {
                 &own
             }
         };
-        let dwarf = obj
-            .has_debug_info()
-            .then(|| convert(obj, true))
-            .flatten();
+        let dwarf = obj.has_debug_info().then(|| convert(obj, true)).flatten();
         let (symcache, has_dwarf) = match dwarf {
             Some(bytes) => (bytes, true),
             // No or broken DWARF: the symbol tables still name the functions.

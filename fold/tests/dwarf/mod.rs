@@ -191,7 +191,11 @@ fn build_id_debug_files_are_used_only_for_the_same_build() {
 
     // Another build's debug file at that path is refused: no names at all,
     // since the binary itself has no symbols left.
-    let other = compile(dir.path(), "other", "int unused_extra(void) { return 7; }\n");
+    let other = compile(
+        dir.path(),
+        "other",
+        "int unused_extra(void) { return 7; }\n",
+    );
     assert_ne!(other.build_id, p.build_id);
     run(Command::new("objcopy")
         .arg("--only-keep-debug")

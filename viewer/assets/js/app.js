@@ -148,6 +148,8 @@ function render() {
   $('case').checked = st.c;
   $('group').value = st.g;
 
+  const charted = st.v === 'flame' || st.v === 'icicle';
+  $('crumbs').hidden = !charted;
   renderCrumbs(P, T, zoom, (node) => update({ z: pathOf(T, node) }, true));
   renderChips(P, st, (change) => update(change, true));
   $('details').textContent = T.n ? describeNode(P, T, zoom, P.unit) : 'no samples';
@@ -161,7 +163,7 @@ function render() {
       (zoom > 0 ? ' (' + fmtPct(inZoom, T.total[zoom]) + ' of zoom)' : '');
   } else match.textContent = '';
 
-  if (st.v === 'flame' || st.v === 'icicle') {
+  if (charted) {
     app.chart.draw();
   } else if (st.v === 'sandwich') {
     renderSandwich();
@@ -187,6 +189,7 @@ function renderSandwich() {
   const name = f >= 0 ? P.strings[f] : '(none)';
   $('callers-title').textContent = 'Callers of ' + name;
   $('callees-title').textContent = 'Callees of ' + name;
+  if (app.sw.t) $('details').textContent = describeFunction(P, app.T, app.sw.t.callees, P.unit);
   for (const [chart, tree] of [
     [app.callers, app.sw.t && app.sw.t.callers],
     [app.callees, app.sw.t && app.sw.t.callees],

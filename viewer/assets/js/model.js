@@ -98,6 +98,13 @@ function decodeProfile(d) {
   };
 }
 
+/** A power of two at least twice `n`, so probes stay short. */
+function tableSize(n) {
+  let s = 16;
+  while (s < 2 * n) s *= 2;
+  return s;
+}
+
 /** Collects nodes by (parent, name) and lays them out as a sorted tree. */
 class TreeBuilder {
   constructor(P, capacity, rootName, dedupe) {
@@ -108,8 +115,8 @@ class TreeBuilder {
     this.parent = new Int32Array(this.cap);
     this.self = new Float64Array(this.cap);
     this.selfB = P.diff ? new Float64Array(this.cap) : null;
-    this.keyMul = P.strings.length + 1;
-    this.map = dedupe ? new Map() : null;
+    // Open-addressing table of node index + 1, keyed by (parent, name).
+    this.table = dedupe ? new Int32Array(tableSize(this.cap)) : null;
     this.push(-1, rootName);
   }
 
@@ -132,17 +139,36 @@ class TreeBuilder {
     this.parent = g(this.parent, Int32Array);
     this.self = g(this.self, Float64Array);
     if (this.selfB) this.selfB = g(this.selfB, Float64Array);
+    if (this.table) {
+      this.table = new Int32Array(tableSize(this.cap));
+      for (let i = 1; i < this.n; i++) this.insert(i);
+    }
+  }
+
+  slot(parent, name) {
+    const mask = this.table.length - 1;
+    let h = (Math.imul(parent, 0x9e3779b1) ^ Math.imul(name + 1, 0x85ebca77)) >>> 0;
+    h = (h ^ (h >>> 15)) & mask;
+    for (;;) {
+      const v = this.table[h];
+      if (v === 0 || (this.parent[v - 1] === parent && this.name[v - 1] === name)) return h;
+      h = (h + 1) & mask;
+    }
+  }
+
+  insert(i) {
+    this.table[this.slot(this.parent[i], this.name[i])] = i + 1;
   }
 
   /** The child of `parent` named `name`, created when missing. */
   child(parent, name) {
-    if (!this.map) return this.push(parent, name);
-    const key = parent * this.keyMul + name;
-    let c = this.map.get(key);
-    if (c === undefined) {
-      c = this.push(parent, name);
-      this.map.set(key, c);
-    }
+    if (!this.table) return this.push(parent, name);
+    const h = this.slot(parent, name);
+    const v = this.table[h];
+    if (v !== 0) return v - 1;
+    const c = this.push(parent, name);
+    // push() may have grown and rehashed the table: look the slot up again.
+    this.table[this.slot(parent, name)] = c + 1;
     return c;
   }
 
@@ -225,7 +251,7 @@ class TreeBuilder {
  */
 function buildView(P, o) {
   const focus = o.focus >= 0 ? o.focus : -1;
-  const dedupe = o.group !== 'thread' || o.merged.size > 0 || focus >= 0;
+  const dedupe = o.merged.size > 0 || focus >= 0 || groupsCollide(P, o);
   const B = new TreeBuilder(P, P.n + 1, focus >= 0 ? focus : P.allId, dedupe);
   const mapped = new Int32Array(P.n);
   let i = 0;
@@ -256,6 +282,20 @@ function buildView(P, o) {
   // Depth of the first real function frame: below it are root and groups.
   T.frameDepth = focus >= 0 ? 0 : o.group === 'all' ? 1 : 2;
   return T;
+}
+
+/** Whether two shown root frames fall into one group (so their subtrees merge). */
+function groupsCollide(P, o) {
+  if (o.group === 'all') return true;
+  const seen = new Set();
+  for (let i = 0; i < P.n; i = P.end[i]) {
+    const t = P.rootThread[i];
+    if (t >= 0 && o.hidden.has(t)) continue;
+    const g = groupName(P, t, P.name[i], o.group);
+    if (seen.has(g)) return true;
+    seen.add(g);
+  }
+  return false;
 }
 
 function groupName(P, t, fallback, group) {

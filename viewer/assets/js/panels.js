@@ -51,6 +51,19 @@ function describeNode(P, T, i, unit) {
   return s;
 }
 
+/** One line about a function, from its merged callees tree C (f at the root) within view T. */
+function describeFunction(P, T, C, unit) {
+  const all = T.total[0];
+  let s = P.strings[C.name[0]] + ' — ' + fmtCount(C.total[0]) + ' ' + unit + ', total ' +
+    fmtPct(C.total[0], all) + ', self ' + fmtPct(C.self[0], all);
+  if (T.totalB) {
+    const share = (a, b) => (b > 0 ? a / b : 0);
+    s += ' | total ' + fmtPp(share(C.total[0], all) - share(C.totalB[0], T.totalB[0])) +
+      ', self ' + fmtPp(share(C.self[0], all) - share(C.selfB[0], T.totalB[0]));
+  }
+  return s;
+}
+
 /** Breadcrumbs from the root to `zoom`; a click zooms to that ancestor. */
 function renderCrumbs(P, T, zoom, onZoom) {
   const box = $('crumbs');
@@ -66,10 +79,31 @@ function renderCrumbs(P, T, zoom, onZoom) {
   });
 }
 
-/** Removable chips for focus, merged functions and hidden threads. */
+/** Removable chips for focus, merged functions and hidden threads, and
+ * what can be done with the selected function. */
 function renderChips(P, state, onChange) {
   const box = $('chips');
   clear(box);
+  if (state.f >= 0) {
+    const sel = el('span', null, { id: 'selected' });
+    sel.appendChild(el('span', ' selected: ', { class: 'muted' }));
+    sel.appendChild(el('b', P.strings[state.f]));
+    const action = (label, title, change) => {
+      const b = el('button', label, { title, 'data-action': label.toLowerCase() });
+      b.addEventListener('click', () => onChange(change));
+      sel.appendChild(document.createTextNode(' '));
+      sel.appendChild(b);
+    };
+    action('Focus', 'Show only this function and what it calls, all calls merged',
+      { fo: true, z: [], v: state.v === 'icicle' ? 'icicle' : 'flame' });
+    action('Sandwich', 'Callers and callees of this function', { v: 'sandwich' });
+    if (!state.m.includes(state.f)) {
+      action('Merge', 'Remove this function from every stack; its time goes to its callers',
+        { m: state.m.concat([state.f]), z: [], fo: false });
+    }
+    sel.appendChild(document.createTextNode('  '));
+    box.appendChild(sel);
+  }
   const chip = (text, title, change) => {
     const c = el('button', text + ' ✕', { class: 'chip', title });
     c.addEventListener('click', () => onChange(change));
@@ -80,6 +114,9 @@ function renderChips(P, state, onChange) {
     chip('merged: ' + P.strings[m], 'Unmerge', { m: state.m.filter((x) => x !== m), z: [] });
   }
   if (state.h.length) chip(state.h.length + ' hidden', 'Show all threads', { h: [] });
+  if (P.diff) {
+    box.appendChild(el('span', ' red: self share grew, blue: shrank (widths: new)', { class: 'muted' }));
+  }
 }
 
 const TABLE_LIMIT = 300;

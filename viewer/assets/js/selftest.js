@@ -60,14 +60,41 @@ function runSelftest() {
   const fnName = fnId >= 0 ? P.strings[fnId] : '';
   out.fn = fnName;
 
+  if (P.diff) {
+    step('diff', () => {
+      const T = app.T;
+      const grew = new Set();
+      const shrank = new Set();
+      const colors = {};
+      for (let i = 1; i < T.n; i++) {
+        const t = app.chart.diffRatio(i);
+        const name = P.strings[T.name[i]];
+        if (t > 0.05) grew.add(name);
+        if (t < -0.05) shrank.add(name);
+        if (t !== 0) colors[name] = app.chart.color(i);
+      }
+      return { grew: [...grew], shrank: [...shrank], colors };
+    });
+  }
+
   step('zoom', () => {
+    // A drawn frame of the function, the widest; else the deepest wide frame.
     const T = app.T;
+    const c = app.chart;
     let node = -1;
-    for (let i = 0; i < T.n; i++) if (T.name[i] === fnId && (node < 0 || T.total[i] > T.total[node])) node = i;
-    if (node < 0) throw new Error('function not in the tree');
+    let fallback = -1;
+    for (let k = 0; k < c.count; k++) {
+      const i = c.rn[k];
+      if (T.depth[i] < T.frameDepth) continue;
+      if (T.name[i] === fnId && (node < 0 || T.total[i] > T.total[node])) node = i;
+      if (c.rw[k] >= 40 && (fallback < 0 || T.depth[i] > T.depth[fallback])) fallback = i;
+    }
+    if (node < 0) node = fallback;
+    if (node < 0) throw new Error('no frame to zoom into');
+    const target = P.strings[T.name[node]];
     clickNode(app.chart, node);
-    const r = { crumbs: crumbs(), hash: location.hash, frames: app.chart.count, details: $('details').textContent };
-    check(r.crumbs[r.crumbs.length - 1] === fnName, 'zoom did not reach ' + fnName);
+    const r = { target, crumbs: crumbs(), hash: location.hash, frames: app.chart.count, details: $('details').textContent };
+    check(r.crumbs[r.crumbs.length - 1] === target, 'zoom did not reach ' + target);
     check(/z=/.test(location.hash), 'zoom is not in the URL');
     // Time zoom redraws: in and out again, through the same path as a click.
     const path = pathOf(app.T, node);
@@ -142,6 +169,20 @@ function runSelftest() {
       hash: location.hash,
     };
     check(r.visible && r.callersDrawn > 0, 'sandwich not shown');
+    return r;
+  });
+
+  step('merge', () => {
+    update({ v: 'flame', f: fnId, fo: false, z: [] }, true);
+    const before = app.T.total[0];
+    document.querySelector('#selected button[data-action="merge"]').click();
+    let left = 0;
+    for (let i = 0; i < app.T.n; i++) if (app.T.name[i] === fnId) left++;
+    const r = { hash: location.hash, left, total: app.T.total[0], before };
+    check(left === 0 && r.total === before, 'merge left the function in the tree or lost time');
+    const chip = [...document.querySelectorAll('#chips .chip')].find((c) => c.textContent.startsWith('merged: '));
+    chip.click();
+    r.restored = app.state.m.length === 0;
     return r;
   });
 
