@@ -95,8 +95,14 @@ impl<'a> Cursor<'a> {
 
     pub(crate) fn bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeFail> {
         let n = self.count(1, what)?;
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
+        self.take(n, what)
+    }
+
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeFail> {
+        let end = self.pos.checked_add(n).ok_or(DecodeFail(what))?;
+        let s = self.buf.get(self.pos..end).ok_or(DecodeFail(what))?;
+        self.pos = end;
         Ok(s)
     }
 }

@@ -14,11 +14,11 @@ pub const MAX_CHUNK_BYTES: usize = 64 << 20;
 /// Record tags inside a chunk payload.
 pub(crate) mod tag {
     pub const META: u8 = 1;
-    pub const STRING: u8 = 2;
-    pub const MODULE: u8 = 3;
-    pub const FRAME: u8 = 4;
-    pub const NODE: u8 = 5;
-    pub const KSYM: u8 = 6;
+    pub const STRINGS: u8 = 2;
+    pub const MODULES: u8 = 3;
+    pub const FRAMES: u8 = 4;
+    pub const NODES: u8 = 5;
+    pub const KSYMS: u8 = 6;
     pub const COMM: u8 = 7;
     pub const FORK: u8 = 8;
     pub const EXIT: u8 = 9;

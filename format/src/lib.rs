@@ -19,24 +19,26 @@
 //! | tag | record | fields |
 //! |---|---|---|
 //! | 1 | metadata | JSON [`Metadata`]; the whole first chunk |
-//! | 2 | string | bytes; ids count up from 0 |
+//! | 2 | strings | n, n lengths, then the n strings' bytes; ids count up from 0 |
 //! | 3 | module | kind:u8, path string id, build id bytes; ids count up from 0 |
-//! | 4 | frame | module id, address; ids count up from 0 |
-//! | 5 | stack node | distance back to parent (node id − parent id), frame id; ids count up from 1, 0 is the empty stack |
-//! | 6 | kernel symbol | start, size, name string id, module string id |
+//! | 4 | frames | n, n module ids, n addresses (signed delta from the previous address of the same module in the block); ids count up from 0 |
+//! | 6 | kernel symbols | n, then per symbol: start (signed delta from the previous), size, name string id, module string id |
+//! | 5 | stack nodes | n, n distances back to the parent (node id − parent id), n frame ids (signed delta from the previous); ids count up from 1, 0 is the empty stack |
 //! | 7 | comm | time, pid, tid, name string id, exec:u8 |
 //! | 8 | fork | time, pid, ppid, tid, ptid |
 //! | 9 | exit | time, pid, tid |
 //! | 10 | mapping | time, pid, start, length, file offset, module id |
-//! | 11 | samples | n, first time in µs, then five columns of n values: time delta µs (signed), pid, tid − pid (signed), stack node id, weight |
+//! | 11 | samples | n, first time in µs, then five columns of n values: time delta µs (signed), pid, tid − pid (signed), stack node id (signed, relative to the highest id so far in the block), weight |
 //! | 12 | lost | time, count |
 //! | 13 | totals | JSON [`Totals`]; last record of the file |
 //!
 //! Times are nanoseconds since the recording started (samples: microseconds).
 //! Stacks are a prefix tree, root first: a sample names only its leaf node.
-//! Every definition (string, module, frame, node, kernel symbol) comes before
-//! its first use, in the same chunk or an earlier one, so any prefix of whole
-//! chunks is self-contained. The writer cuts a chunk at least every second
+//! The definitions a chunk introduces (strings, modules, frames, kernel
+//! symbols, stack nodes, in that order) stand at its head, one column-wise
+//! block per kind, before the events and samples that use them, so any
+//! prefix of whole chunks is self-contained. Columns of similar values
+//! compress far better than interleaved rows. The writer cuts a chunk at least every second
 //! (the recorder's call) and whenever 1 MiB is buffered. A file without the
 //! totals record is truncated; the reader still yields every complete chunk
 //! and reports a [`Damage`].

@@ -295,12 +295,21 @@ impl<R: Read> Reader<R> {
                     let json = c.bytes("metadata")?;
                     Item::Meta(serde_json::from_slice(json).map_err(|_| DecodeFail("metadata"))?)
                 }
-                tag::STRING => {
-                    let b = c.bytes("string")?;
-                    strings += 1;
-                    Item::Str(String::from_utf8_lossy(b).into_owned())
+                tag::STRINGS => {
+                    // n lengths, then the bytes of all n strings.
+                    let n = c.count(1, "strings")?;
+                    let mut lens = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        lens.push(c.count(0, "string length")?);
+                    }
+                    for len in lens {
+                        let b = c.take(len, "string")?;
+                        items.push(Item::Str(String::from_utf8_lossy(b).into_owned()));
+                    }
+                    strings += n as u64;
+                    continue;
                 }
-                tag::MODULE => {
+                tag::MODULES => {
                     let kind = ModuleKind::from_code(c.u8("module kind")?)
                         .ok_or(DecodeFail("module kind"))?;
                     let path = check(c.u64("module path")?, strings, "module path")?;
@@ -308,31 +317,62 @@ impl<R: Read> Reader<R> {
                     modules += 1;
                     Item::Module(kind, path, build_id)
                 }
-                tag::FRAME => {
-                    let module = check(c.u64("frame module")?, modules, "frame module")?;
-                    let address = c.u64("frame address")?;
-                    frames += 1;
-                    Item::Frame(Frame { module, address })
-                }
-                tag::NODE => {
-                    let back = c.u64("stack node parent")?;
-                    if back == 0 || back > nodes {
-                        return Err(DecodeFail("stack node parent"));
+                tag::FRAMES => {
+                    let n = c.count(2, "frames")?;
+                    let mut mods = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        mods.push(check(c.u64("frame module")?, modules, "frame module")?);
                     }
-                    let parent = (nodes - back) as StackId;
-                    let frame = check(c.u64("stack node frame")?, frames, "stack node frame")?;
-                    nodes += 1;
-                    if nodes > u64::from(u32::MAX) {
-                        return Err(DecodeFail("stack node count"));
+                    let mut last: std::collections::HashMap<u32, u64> = Default::default();
+                    for module in mods {
+                        let delta = c.i64("frame address")?;
+                        let prev = last.get(&module).copied().unwrap_or(0);
+                        let address = prev.wrapping_add(delta as u64);
+                        last.insert(module, address);
+                        items.push(Item::Frame(Frame { module, address }));
                     }
-                    Item::Node(parent, frame)
+                    frames += n as u64;
+                    continue;
                 }
-                tag::KSYM => {
-                    let start = c.u64("kernel symbol")?;
-                    let size = c.u64("kernel symbol")?;
-                    let name = check(c.u64("kernel symbol")?, strings, "kernel symbol")?;
-                    let module = check(c.u64("kernel symbol")?, strings, "kernel symbol")?;
-                    Item::Ksym(start, size, name, module)
+                tag::NODES => {
+                    let n = c.count(2, "stack nodes")?;
+                    let mut backs = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        backs.push(c.u64("stack node parent")?);
+                    }
+                    let mut prev_frame = 0i64;
+                    for back in backs {
+                        if back == 0 || back > nodes {
+                            return Err(DecodeFail("stack node parent"));
+                        }
+                        let parent = (nodes - back) as StackId;
+                        let frame = prev_frame
+                            .checked_add(c.i64("stack node frame")?)
+                            .ok_or(DecodeFail("stack node frame"))?;
+                        prev_frame = frame;
+                        let frame =
+                            u64::try_from(frame).map_err(|_| DecodeFail("stack node frame"))?;
+                        let frame = check(frame, frames, "stack node frame")?;
+                        nodes += 1;
+                        if nodes > u64::from(u32::MAX) {
+                            return Err(DecodeFail("stack node count"));
+                        }
+                        items.push(Item::Node(parent, frame));
+                    }
+                    continue;
+                }
+                tag::KSYMS => {
+                    let n = c.count(4, "kernel symbols")?;
+                    let mut prev = 0u64;
+                    for _ in 0..n {
+                        let start = prev.wrapping_add(c.i64("kernel symbol")? as u64);
+                        prev = start;
+                        let size = c.u64("kernel symbol")?;
+                        let name = check(c.u64("kernel symbol")?, strings, "kernel symbol")?;
+                        let module = check(c.u64("kernel symbol")?, strings, "kernel symbol")?;
+                        items.push(Item::Ksym(start, size, name, module));
+                    }
+                    continue;
                 }
                 tag::COMM => {
                     let time = c.u64("comm")?;
@@ -476,11 +516,15 @@ fn decode_samples(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeF
         let d = c.i64("sample tid")?;
         s.tid = u32::try_from(i64::from(s.pid) + d).map_err(|_| DecodeFail("sample tid"))?;
     }
+    let mut high = 0i64;
     for s in out.iter_mut() {
-        let id = c.u64("sample stack")?;
-        if id >= nodes {
+        let id = high
+            .checked_add(c.i64("sample stack")?)
+            .ok_or(DecodeFail("sample stack"))?;
+        if id < 0 || id as u64 >= nodes {
             return Err(DecodeFail("sample stack"));
         }
+        high = high.max(id);
         s.stack = id as StackId;
     }
     for s in out.iter_mut() {

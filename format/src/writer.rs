@@ -17,12 +17,21 @@ use crate::types::{
 const SOFT_CHUNK_BYTES: usize = 1 << 20;
 
 /// Writes a `.frec` stream. Definitions (strings, modules, frames, stack
-/// nodes, kernel symbols) are emitted the first time they are used, always
-/// before the record that uses them.
+/// nodes, kernel symbols) first used in a chunk are written at the head of
+/// that chunk, each kind as one column-wise block, so every record of the
+/// chunk finds them already defined.
 pub struct Writer<W: Write> {
     out: W,
     level: i32,
+    /// Events and samples of the current chunk, in stream order.
     buf: Vec<u8>,
+    new_strings: Vec<u8>,
+    new_string_lens: Vec<u64>,
+    new_modules: Vec<u8>,
+    new_frames: Vec<Frame>,
+    new_ksyms: Vec<(u64, u64, StringId, StringId)>,
+    /// (distance back to the parent, frame) of nodes new in this chunk.
+    new_nodes: Vec<(u32, FrameId)>,
     strings: HashMap<String, StringId>,
     modules: HashMap<Module, ModuleId>,
     frames: HashMap<Frame, FrameId>,
@@ -46,8 +55,14 @@ impl<W: Write> Writer<W> {
         out.write_all(&header)?;
         let mut w = Writer {
             out,
-            level: 3,
+            level: 19,
             buf: Vec::with_capacity(SOFT_CHUNK_BYTES),
+            new_strings: Vec::new(),
+            new_string_lens: Vec::new(),
+            new_modules: Vec::new(),
+            new_frames: Vec::new(),
+            new_ksyms: Vec::new(),
+            new_nodes: Vec::new(),
             strings: HashMap::new(),
             modules: HashMap::new(),
             frames: HashMap::new(),
@@ -72,8 +87,8 @@ impl<W: Write> Writer<W> {
             return id;
         }
         let id = self.strings.len() as StringId;
-        self.buf.push(tag::STRING);
-        put_bytes(&mut self.buf, s.as_bytes());
+        self.new_string_lens.push(s.len() as u64);
+        self.new_strings.extend_from_slice(s.as_bytes());
         self.strings.insert(s.to_owned(), id);
         id
     }
@@ -85,10 +100,11 @@ impl<W: Write> Writer<W> {
         }
         let path = self.string(&m.path);
         let id = self.modules.len() as ModuleId;
-        self.buf.push(tag::MODULE);
-        self.buf.push(m.kind.code());
-        put_u64(&mut self.buf, u64::from(path));
-        put_bytes(&mut self.buf, &m.build_id);
+        // Modules are rare: one tagged row each.
+        self.new_modules.push(tag::MODULES);
+        self.new_modules.push(m.kind.code());
+        put_u64(&mut self.new_modules, u64::from(path));
+        put_bytes(&mut self.new_modules, &m.build_id);
         self.modules.insert(m.clone(), id);
         id
     }
@@ -99,9 +115,7 @@ impl<W: Write> Writer<W> {
             return id;
         }
         let id = self.frames.len() as FrameId;
-        self.buf.push(tag::FRAME);
-        put_u64(&mut self.buf, u64::from(f.module));
-        put_u64(&mut self.buf, f.address);
+        self.new_frames.push(f);
         self.frames.insert(f, id);
         id
     }
@@ -115,11 +129,8 @@ impl<W: Write> Writer<W> {
                 None => {
                     let id = self.next_node;
                     self.next_node += 1;
-                    self.buf.push(tag::NODE);
-                    // Children are usually written right after their parent:
-                    // the distance back is small.
-                    put_u64(&mut self.buf, u64::from(id - node));
-                    put_u64(&mut self.buf, u64::from(frame));
+                    // Children usually follow their parent: the distance back is small.
+                    self.new_nodes.push((id - node, frame));
                     self.nodes.insert((node, frame), id);
                     id
                 }
@@ -132,11 +143,7 @@ impl<W: Write> Writer<W> {
     pub fn kernel_symbol(&mut self, sym: &KernelSymbol) {
         let name = self.string(&sym.name);
         let module = self.string(&sym.module);
-        self.buf.push(tag::KSYM);
-        put_u64(&mut self.buf, sym.start);
-        put_u64(&mut self.buf, sym.size);
-        put_u64(&mut self.buf, u64::from(name));
-        put_u64(&mut self.buf, u64::from(module));
+        self.new_ksyms.push((sym.start, sym.size, name, module));
     }
 
     /// A thread got a name.
@@ -199,21 +206,26 @@ impl<W: Write> Writer<W> {
 
     /// Whether the current chunk is large enough to be cut now.
     pub fn wants_flush(&self) -> bool {
-        self.buf.len() + self.pending.len() * 8 >= SOFT_CHUNK_BYTES
+        let defs = self.new_strings.len()
+            + self.new_modules.len()
+            + (self.new_frames.len() + self.new_nodes.len() + self.new_ksyms.len()) * 8;
+        self.buf.len() + defs + self.pending.len() * 8 >= SOFT_CHUNK_BYTES
     }
 
     /// Compresses and writes the buffered records as one chunk.
     pub fn flush(&mut self) -> Result<(), FormatError> {
         self.emit_samples();
-        if self.buf.is_empty() {
+        let mut chunk = self.take_definitions();
+        if chunk.is_empty() && self.buf.is_empty() {
             return Ok(());
         }
-        debug_assert!(self.buf.len() <= MAX_CHUNK_BYTES);
-        let compressed = zstd::bulk::compress(&self.buf, self.level)?;
+        chunk.extend_from_slice(&self.buf);
+        debug_assert!(chunk.len() <= MAX_CHUNK_BYTES);
+        let compressed = zstd::bulk::compress(&chunk, self.level)?;
         let mut header = [0u8; 16];
         header[0..4].copy_from_slice(&CHUNK_MAGIC);
         header[4..8].copy_from_slice(&(compressed.len() as u32).to_le_bytes());
-        header[8..12].copy_from_slice(&(self.buf.len() as u32).to_le_bytes());
+        header[8..12].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
         let mut crc = crc32fast::Hasher::new();
         crc.update(&header[4..12]);
         crc.update(&compressed);
@@ -238,6 +250,68 @@ impl<W: Write> Writer<W> {
         put_bytes(&mut self.buf, &json);
         self.flush()?;
         Ok(self.out)
+    }
+
+    /// The definition blocks of this chunk, in dependency order: strings,
+    /// modules, frames, kernel symbols, stack nodes.
+    fn take_definitions(&mut self) -> Vec<u8> {
+        let mut b = Vec::new();
+        if !self.new_string_lens.is_empty() {
+            b.push(tag::STRINGS);
+            put_u64(&mut b, self.new_string_lens.len() as u64);
+            for &len in &self.new_string_lens {
+                put_u64(&mut b, len);
+            }
+            b.extend_from_slice(&self.new_strings);
+            self.new_string_lens.clear();
+            self.new_strings.clear();
+        }
+        if !self.new_modules.is_empty() {
+            b.extend_from_slice(&self.new_modules);
+            self.new_modules.clear();
+        }
+        if !self.new_frames.is_empty() {
+            b.push(tag::FRAMES);
+            put_u64(&mut b, self.new_frames.len() as u64);
+            for f in &self.new_frames {
+                put_u64(&mut b, u64::from(f.module));
+            }
+            // Code addresses of one module cluster: store each as the
+            // distance from the previous address in the same module.
+            let mut last: HashMap<ModuleId, u64> = HashMap::new();
+            for f in &self.new_frames {
+                let prev = last.insert(f.module, f.address).unwrap_or(0);
+                put_i64(&mut b, f.address.wrapping_sub(prev) as i64);
+            }
+            self.new_frames.clear();
+        }
+        if !self.new_ksyms.is_empty() {
+            b.push(tag::KSYMS);
+            put_u64(&mut b, self.new_ksyms.len() as u64);
+            let mut prev = 0u64;
+            for &(start, size, name, module) in &self.new_ksyms {
+                put_i64(&mut b, start.wrapping_sub(prev) as i64);
+                prev = start;
+                put_u64(&mut b, size);
+                put_u64(&mut b, u64::from(name));
+                put_u64(&mut b, u64::from(module));
+            }
+            self.new_ksyms.clear();
+        }
+        if !self.new_nodes.is_empty() {
+            b.push(tag::NODES);
+            put_u64(&mut b, self.new_nodes.len() as u64);
+            for &(back, _) in &self.new_nodes {
+                put_u64(&mut b, u64::from(back));
+            }
+            let mut prev = 0i64;
+            for &(_, frame) in &self.new_nodes {
+                put_i64(&mut b, i64::from(frame) - prev);
+                prev = i64::from(frame);
+            }
+            self.new_nodes.clear();
+        }
+        b
     }
 
     fn event_header(&mut self, t: u8, time_ns: u64) {
@@ -269,8 +343,14 @@ impl<W: Write> Writer<W> {
         for s in &self.pending {
             put_i64(b, i64::from(s.tid) - i64::from(s.pid));
         }
+        // Stacks relative to the highest stack id so far in the block: a
+        // sample that made new nodes names one just above it (small and
+        // repetitive); older stacks come out negative.
+        let mut high = 0i64;
         for s in &self.pending {
-            put_u64(b, u64::from(s.stack));
+            let id = i64::from(s.stack);
+            put_i64(b, id - high);
+            high = high.max(id);
         }
         for s in &self.pending {
             put_u64(b, s.weight);

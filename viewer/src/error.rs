@@ -21,14 +21,9 @@ pub enum ViewerError {
     /// Folding a `.frec` recording failed (its message names the file).
     #[error(transparent)]
     Fold(#[from] flamerec_fold::FoldError),
-    /// The input is neither a recording nor folded text.
-    #[error("{}: not a .frec recording, perf.data or folded stacks (none of its {bad} non-blank lines reads as `frame;...;leaf COUNT`)", path.display())]
-    NotFolded {
-        /// The input path.
-        path: PathBuf,
-        /// Non-blank lines that did not parse.
-        bad: u64,
-    },
+    /// Folded text that does not read (its message names the file and line).
+    #[error(transparent)]
+    Folded(#[from] flamerec_fold::diff::DiffError),
     /// The listening socket could not be opened.
     #[error("cannot listen on 127.0.0.1:{port}: {source}")]
     Bind {

@@ -1,14 +1,17 @@
-//! Reading one input — a `.frec` recording (folded by `flamerec-fold`) or
-//! folded text — into stacks plus what the viewer shows about their roots.
+//! Reading one input — a `.frec` recording or perf.data (folded by
+//! `flamerec-fold`), or folded text (read by fold's diff reader, so `view`
+//! and `diff` accept the same files) — into stacks plus what the viewer
+//! shows about their roots.
 //!
-//! This module owns input detection and the folded-text reader. It must not
-//! know how the viewer lays stacks out; that is `tree`'s job.
+//! This module owns input detection and splitting per-thread roots. It must
+//! not know how the viewer lays stacks out; that is `tree`'s job.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::Read;
+use std::io::{BufReader, Read};
 use std::path::Path;
 
+use flamerec_fold::diff::Side;
 use flamerec_fold::{FoldOptions, Profile};
 
 use crate::ViewerError;
@@ -41,7 +44,7 @@ pub(crate) struct Source {
     pub warnings: Vec<String>,
 }
 
-/// Reads `path`: a `.frec` (or perf.data, which fold reports on) when its
+/// Reads `path`: a `.frec` recording or perf.data (both folded by fold) when its
 /// magic says so, folded text otherwise.
 pub(crate) fn read(path: &Path) -> Result<Source, ViewerError> {
     let read_err = |source| ViewerError::Read {
@@ -55,33 +58,20 @@ pub(crate) fn read(path: &Path) -> Result<Source, ViewerError> {
     if bytes.as_slice() == b"FLAMEREC" || bytes.as_slice() == b"PERFILE2" {
         return from_recording(path);
     }
-    let bytes = std::fs::read(path).map_err(read_err)?;
-    let text = String::from_utf8_lossy(&bytes);
-    let (stacks, bad) = parse_folded(&text);
-    if stacks.is_empty() && bad > 0 {
-        return Err(ViewerError::NotFolded {
-            path: path.to_path_buf(),
-            bad,
-        });
-    }
-    let mut warnings = Vec::new();
-    if bad > 0 {
-        warnings.push(format!(
-            "{}: skipped {bad} lines that are not `stack COUNT`",
-            path.display()
-        ));
-    }
-    let total: u64 = stacks.iter().fold(0u64, |a, s| a.saturating_add(s.1));
+    // Folded text, read by the same rules as `flamerec diff`.
+    let file = File::open(path).map_err(read_err)?;
+    let side = Side::from_folded(BufReader::new(file), path)?;
+    let total = side.total();
     Ok(Source {
         info: vec![
             ("input".into(), path.display().to_string()),
             ("samples".into(), total.to_string()),
-            ("stacks".into(), stacks.len().to_string()),
+            ("stacks".into(), side.stacks.len().to_string()),
         ],
-        stacks,
+        stacks: side.stacks,
         roots: HashMap::new(),
-        unit: "samples".into(),
-        warnings,
+        unit: side.weight_unit,
+        warnings: side.warnings,
     })
 }
 
@@ -175,79 +165,9 @@ fn recording_info(path: &Path, p: &Profile) -> Vec<(String, String)> {
     info
 }
 
-/// Parses folded text, `frame;frame;...;leaf COUNT` per line, as
-/// flamegraph.pl reads it: blank lines and `# ` comments are skipped, a
-/// fractional count is rounded, and a differential line (`stack BASE NEW`)
-/// counts as NEW. Returns the stacks (duplicates summed) and how many other
-/// non-blank lines there were.
-pub fn parse_folded(text: &str) -> (Vec<(String, u64)>, u64) {
-    let mut sums: HashMap<&str, u64> = HashMap::new();
-    let mut order: Vec<&str> = Vec::new();
-    let mut bad = 0u64;
-    for line in text.lines() {
-        let line = line.trim_end();
-        if line.trim_start().is_empty() || line.starts_with("# ") {
-            continue;
-        }
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            bad += 1;
-            continue;
-        };
-        let Some(count) = parse_count(count) else {
-            bad += 1;
-            continue;
-        };
-        // A differential pair: drop the base count.
-        let stack = match stack.rsplit_once(' ') {
-            Some((s, base)) if parse_count(base).is_some() => s,
-            _ => stack,
-        }
-        .trim_end();
-        if stack.is_empty() {
-            bad += 1;
-            continue;
-        }
-        match sums.get_mut(stack) {
-            Some(c) => *c = c.saturating_add(count),
-            None => {
-                sums.insert(stack, count);
-                order.push(stack);
-            }
-        }
-    }
-    let stacks = order
-        .into_iter()
-        .map(|s| (s.to_string(), sums.get(s).copied().unwrap_or(0)))
-        .collect();
-    (stacks, bad)
-}
-
-fn parse_count(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return None;
-    }
-    if let Ok(n) = s.parse::<u64>() {
-        return Some(n);
-    }
-    let f: f64 = s.parse().ok()?;
-    // Saturates at u64::MAX for huge values; finite and non-negative here.
-    Some(f.round() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn folded_lines_parse_like_flamegraph_pl() {
-        let text = "a;b 3\n\n# comment\na;b 2\na;c 1.6\nbroken\nx;y 1 4\r\n a;d x\n";
-        let (stacks, bad) = parse_folded(text);
-        assert_eq!(
-            stacks,
-            vec![("a;b".into(), 5), ("a;c".into(), 2), ("x;y".into(), 4)]
-        );
-        assert_eq!(bad, 2);
-    }
 
     #[test]
     fn thread_roots_split_into_name_process_and_ids() {

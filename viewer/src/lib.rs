@@ -21,7 +21,6 @@ use std::path::Path;
 
 pub use error::ViewerError;
 pub use html::{escape_script_json, write_html};
-pub use input::parse_folded;
 pub use server::{route, Route, Server};
 pub use tree::VIEW_SCHEMA;
 

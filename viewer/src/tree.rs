@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::input::{RootInfo, Source};
+use crate::input::Source;
 
 /// Schema name of the page's JSON.
 pub const VIEW_SCHEMA: &str = "flamerec-view/1";
@@ -57,8 +57,15 @@ pub(crate) struct Shape {
     pub stacks: usize,
 }
 
-/// Merges the inputs (one, or base and new) into the page's JSON.
-pub(crate) fn encode(title: &str, sides: &[&Source]) -> Result<(String, Shape), serde_json::Error> {
+/// Stacks as runs of name ids (alphabetical ids) and the sorted name table.
+struct Interned<'a> {
+    strings: Vec<&'a str>,
+    frames: Vec<u32>,
+    paths: Vec<Path>,
+}
+
+/// Splits every stack into frames and numbers the names alphabetically.
+fn intern<'a>(sides: &[&'a Source]) -> Interned<'a> {
     // Provisional ids in first-seen order, then renumbered by name.
     let mut ids: HashMap<&str, u32> = HashMap::new();
     let mut names: Vec<&str> = Vec::new();
@@ -93,99 +100,119 @@ pub(crate) fn encode(title: &str, sides: &[&Source]) -> Result<(String, Shape), 
     for f in &mut frames {
         *f = rank.get(*f as usize).copied().unwrap_or(0);
     }
-    let mut strings: Vec<&str> = by_name
+    let strings = by_name
         .iter()
         .map(|&i| names.get(i as usize).copied().unwrap_or(""))
         .collect();
-    let mut string_ids: HashMap<&str, u32> = strings
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (*s, i as u32))
-        .collect();
+    Interned {
+        strings,
+        frames,
+        paths,
+    }
+}
 
-    paths.sort_unstable_by(|a, b| {
+/// The flattened preorder tree, its top-level names and the distinct stack count.
+struct Tree {
+    nodes: Vec<u64>,
+    top_level: Vec<u32>,
+    distinct: usize,
+}
+
+/// Sorts the paths and walks them once, opening a node wherever a path
+/// leaves the previous one: sorted paths make that a preorder.
+fn build(mut it: Interned<'_>, stride: usize) -> (Tree, Vec<&str>) {
+    let frames = &it.frames;
+    it.paths.sort_unstable_by(|a, b| {
         let fa = frames.get(a.start..a.end).unwrap_or(&[]);
         let fb = frames.get(b.start..b.end).unwrap_or(&[]);
         fa.cmp(fb).then(a.side.cmp(&b.side))
     });
-
-    let width = sides.len().max(1);
-    let stride = 2 + width;
-    let mut nodes: Vec<u64> = Vec::new();
+    let mut t = Tree {
+        nodes: Vec::new(),
+        top_level: Vec::new(),
+        distinct: 0,
+    };
     let mut open: Vec<usize> = Vec::new(); // node offsets of the current path
-    let mut top_level: Vec<u32> = Vec::new();
     let mut prev: &[u32] = &[];
-    let mut distinct = 0usize;
-    for p in &paths {
+    for p in &it.paths {
         let cur = frames.get(p.start..p.end).unwrap_or(&[]);
         let common = prev.iter().zip(cur).take_while(|(a, b)| a == b).count();
-        if distinct == 0 || cur != prev {
-            distinct += 1;
+        if t.distinct == 0 || cur != prev {
+            t.distinct += 1;
         }
         open.truncate(common);
         for &name in cur.get(common..).unwrap_or(&[]) {
             match open.last() {
                 Some(&parent) => {
-                    if let Some(c) = nodes.get_mut(parent + 1) {
+                    if let Some(c) = t.nodes.get_mut(parent + 1) {
                         *c += 1;
                     }
                 }
-                None => top_level.push(name),
+                None => t.top_level.push(name),
             }
-            open.push(nodes.len());
-            nodes.push(u64::from(name));
-            nodes.resize(nodes.len() + stride - 1, 0);
+            open.push(t.nodes.len());
+            t.nodes.push(u64::from(name));
+            t.nodes.resize(t.nodes.len() + stride - 1, 0);
         }
         if let Some(&leaf) = open.last() {
-            if let Some(s) = nodes.get_mut(leaf + 2 + p.side) {
+            if let Some(s) = t.nodes.get_mut(leaf + 2 + p.side) {
                 *s = s.saturating_add(p.count);
             }
         }
         prev = cur;
     }
+    (t, it.strings)
+}
 
-    // Thread and process names the frames do not already provide.
-    let infos: Vec<RootInfo> = top_level
+/// One entry per top-level node; thread and process names the frames do
+/// not already provide are appended to `strings`.
+fn thread_table<'a>(
+    sides: &[&'a Source],
+    top_level: &[u32],
+    strings: &mut Vec<&'a str>,
+) -> Vec<ThreadJson> {
+    let mut string_ids: HashMap<&str, u32> = strings
         .iter()
-        .map(|&label| {
-            let text = strings.get(label as usize).copied().unwrap_or("");
-            sides
-                .iter()
-                .find_map(|s| s.roots.get(text).cloned())
-                .unwrap_or_else(|| RootInfo {
-                    name: text.to_string(),
-                    process: text.to_string(),
-                    pid: None,
-                    tid: None,
-                })
-        })
+        .enumerate()
+        .map(|(i, s)| (*s, i as u32))
         .collect();
-    let mut threads: Vec<ThreadJson> = Vec::with_capacity(top_level.len());
-    for (&label, info) in top_level.iter().zip(&infos) {
+    let mut threads = Vec::with_capacity(top_level.len());
+    for &label in top_level {
+        let text = strings.get(label as usize).copied().unwrap_or("");
+        let info = sides.iter().find_map(|s| s.roots.get(text));
+        let (name, process) = info.map_or((text, text), |i| (i.name.as_str(), i.process.as_str()));
         let mut ids = [0u32; 2];
-        for (slot, s) in ids
-            .iter_mut()
-            .zip([info.name.as_str(), info.process.as_str()])
-        {
-            *slot = match string_ids.get(s) {
-                Some(&id) => id,
-                None => {
-                    let id = strings.len() as u32;
-                    strings.push(s);
-                    string_ids.insert(s, id);
-                    id
-                }
-            };
+        for (slot, s) in ids.iter_mut().zip([name, process]) {
+            *slot = *string_ids.entry(s).or_insert_with(|| {
+                strings.push(s);
+                (strings.len() - 1) as u32
+            });
         }
-        let [name, process] = ids;
-        threads.push((label, name, process, info.pid, info.tid));
+        threads.push((
+            label,
+            ids[0],
+            ids[1],
+            info.and_then(|i| i.pid),
+            info.and_then(|i| i.tid),
+        ));
     }
+    threads
+}
 
+/// Merges the inputs (one, or base and new) into the page's JSON.
+pub(crate) fn encode(title: &str, sides: &[&Source]) -> Result<(String, Shape), serde_json::Error> {
+    let stride = 2 + sides.len().max(1);
+    let (tree, mut strings) = build(intern(sides), stride);
+    let threads = thread_table(sides, &tree.top_level, &mut strings);
     let totals = sides
         .iter()
         .map(|s| s.stacks.iter().fold(0u64, |a, x| a.saturating_add(x.1)))
         .collect();
     let unit = sides.first().map_or("samples", |s| s.unit.as_str());
+    let shape = Shape {
+        nodes: tree.nodes.len() / stride,
+        stacks: tree.distinct,
+    };
     let json = Json {
         schema: VIEW_SCHEMA,
         title,
@@ -195,15 +222,11 @@ pub(crate) fn encode(title: &str, sides: &[&Source]) -> Result<(String, Shape), 
         totals,
         strings,
         threads,
-        nodes,
+        nodes: tree.nodes,
         warnings: sides
             .iter()
             .flat_map(|s| s.warnings.iter().map(String::as_str))
             .collect(),
-    };
-    let shape = Shape {
-        nodes: json.nodes.len() / stride,
-        stacks: distinct,
     };
     Ok((serde_json::to_string(&json)?, shape))
 }

@@ -163,6 +163,7 @@ function render() {
       (zoom > 0 ? ' (' + fmtPct(inZoom, T.total[zoom]) + ' of zoom)' : '');
   } else match.textContent = '';
 
+  if (!$('threads-panel').hidden) renderThreads(P, st.h, (h) => update({ h, z: [] }, true));
   if (charted) {
     app.chart.draw();
   } else if (st.v === 'sandwich') {
@@ -251,19 +252,12 @@ function wire() {
     render();
   });
   $('threads-btn').addEventListener('click', () => {
-    const p = $('threads-panel');
-    p.hidden = !p.hidden;
-    if (!p.hidden) renderThreads(app.P, app.state.h, (h) => update({ h, z: [] }, true));
+    $('threads-panel').hidden = !$('threads-panel').hidden;
+    render();
   });
-  $('threads-all').addEventListener('click', () => {
-    update({ h: [] }, true);
-    renderThreads(app.P, [], (h) => update({ h, z: [] }, true));
-  });
-  $('threads-none').addEventListener('click', () => {
-    const h = app.P.threads.map((t) => t.index);
-    update({ h }, true);
-    renderThreads(app.P, h, (x) => update({ h: x, z: [] }, true));
-  });
+  $('threads-all').addEventListener('click', () => update({ h: [], z: [] }, true));
+  $('threads-none').addEventListener('click', () =>
+    update({ h: app.P.threads.map((t) => t.index), z: [] }, true));
   $('info-btn').addEventListener('click', () => {
     $('info-panel').hidden = !$('info-panel').hidden;
   });

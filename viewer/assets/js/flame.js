@@ -60,23 +60,28 @@ class FlameChart {
     this.P = P;
     this.T = T;
     this.zoom = 0;
-    this.diffMax = 0;
-    if (T.selfB && T.n > 0) {
-      const nt = T.total[0] || 1;
-      const bt = T.totalB[0] || 1;
-      for (let i = 0; i < T.n; i++) {
-        const d = Math.abs(T.self[i] / nt - T.selfB[i] / bt);
+    // As `flamerec diff --svg`: saturation relative to the largest change
+    // of a frame's total share, but at least one point, so noise stays pale.
+    this.diffMax = 0.01;
+    if (T.selfB) {
+      for (let i = 1; i < T.n; i++) {
+        const d = Math.abs(this.diffShare(i));
         if (d > this.diffMax) this.diffMax = d;
       }
     }
   }
 
-  /** Self-share change of node i, NEW minus BASE, in [-1, 1] of the largest change. */
-  diffRatio(i) {
+  /** Change of node i's total share (its stack path), NEW minus BASE. */
+  diffShare(i) {
     const T = this.T;
-    if (!T.selfB || this.diffMax === 0) return 0;
-    const d = T.self[i] / (T.total[0] || 1) - T.selfB[i] / (T.totalB[0] || 1);
-    return d / this.diffMax;
+    const nt = T.total[0];
+    const bt = T.totalB[0];
+    return (nt > 0 ? T.total[i] / nt : 0) - (bt > 0 ? T.totalB[i] / bt : 0);
+  }
+
+  /** diffShare scaled to [-1, 1]: red above 0, blue below. */
+  diffRatio(i) {
+    return this.T.selfB ? Math.max(-1, Math.min(1, this.diffShare(i) / this.diffMax)) : 0;
   }
 
   color(i) {

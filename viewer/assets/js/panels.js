@@ -115,7 +115,7 @@ function renderChips(P, state, onChange) {
   }
   if (state.h.length) chip(state.h.length + ' hidden', 'Show all threads', { h: [] });
   if (P.diff) {
-    box.appendChild(el('span', ' red: self share grew, blue: shrank (widths: new)', { class: 'muted' }));
+    box.appendChild(el('span', ' red: total share grew, blue: shrank (widths: new)', { class: 'muted' }));
   }
 }
 

@@ -23,16 +23,17 @@ function runSelftest() {
     }
   };
   const P = app.P;
-  const clickNode = (chart, node) => {
+  const mouse = (type, chart, node) => {
     const r = chart.rectOf(node);
     if (!r) throw new Error('node ' + node + ' was not drawn');
     const box = chart.canvas.getBoundingClientRect();
-    chart.canvas.dispatchEvent(new MouseEvent('click', {
+    chart.canvas.dispatchEvent(new MouseEvent(type, {
       bubbles: true,
       clientX: box.left + r.x + r.w / 2,
       clientY: box.top + r.y + r.h / 2,
     }));
   };
+  const clickNode = (chart, node) => mouse('click', chart, node);
   const crumbs = () => [...document.querySelectorAll('#crumbs button')].map((b) => b.textContent);
   const topChildren = (T, k) => {
     const kids = [];
@@ -92,8 +93,11 @@ function runSelftest() {
     if (node < 0) node = fallback;
     if (node < 0) throw new Error('no frame to zoom into');
     const target = P.strings[T.name[node]];
+    mouse('mousemove', app.chart, node);
+    const hover = $('details').textContent;
+    check(hover.startsWith(target + ' — '), 'hover does not describe ' + target);
     clickNode(app.chart, node);
-    const r = { target, crumbs: crumbs(), hash: location.hash, frames: app.chart.count, details: $('details').textContent };
+    const r = { target, hover, crumbs: crumbs(), hash: location.hash, frames: app.chart.count, details: $('details').textContent };
     check(r.crumbs[r.crumbs.length - 1] === target, 'zoom did not reach ' + target);
     check(/z=/.test(location.hash), 'zoom is not in the URL');
     // Time zoom redraws: in and out again, through the same path as a click.

@@ -1,0 +1,28 @@
+//! Tests of `flamerec-viewer`: the server (loopback only, fixed resources,
+//! no traversal), the JSON the page reads, HTML escaping, and the page
+//! itself in headless Chromium.
+
+mod browser;
+mod chromium;
+mod inputs;
+mod page;
+mod server;
+
+use flamerec_viewer::ViewData;
+
+/// `stack COUNT` lines of a test's own folded text.
+fn stacks(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(s, c)| (s.to_string(), c.parse().expect("count")))
+        .collect()
+}
+
+/// A profile from folded text.
+fn folded(text: &str) -> ViewData {
+    ViewData::from_stacks("test", stacks(text), None).expect("view data")
+}
+
+fn json(data: &ViewData) -> serde_json::Value {
+    serde_json::from_str(data.json()).expect("view JSON parses")
+}
