@@ -221,7 +221,11 @@ impl<W: Write> Writer<W> {
         }
         chunk.extend_from_slice(&self.buf);
         debug_assert!(chunk.len() <= MAX_CHUNK_BYTES);
-        let compressed = zstd::bulk::compress(&chunk, self.level)?;
+        // Chunks are small (about a second of samples): the strongest level
+        // costs a few milliseconds there. Large chunks get a faster level so
+        // the recorder never falls behind its ring buffers.
+        let level = if chunk.len() <= 256 << 10 { self.level } else { 9 };
+        let compressed = zstd::bulk::compress(&chunk, level)?;
         let mut header = [0u8; 16];
         header[0..4].copy_from_slice(&CHUNK_MAGIC);
         header[4..8].copy_from_slice(&(compressed.len() as u32).to_le_bytes());
