@@ -327,3 +327,180 @@ fn attaching_to_a_missing_pid_fails_in_one_line() {
         "{err}"
     );
 }
+
+/// Runs `flamerec ARGS` as the unprivileged user `nobody`.
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_flamerec"))
+        .args(args)
+        .output()
+        .expect("setpriv (util-linux) runs")
+}
+
+fn paranoid() -> i32 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2)
+}
+
+#[test]
+fn without_privileges_kernel_sampling_falls_back_and_system_wide_names_the_sysctl() {
+    if !perf_usable() {
+        return;
+    }
+    // Only meaningful where the kernel restricts unprivileged users (the default, 2).
+    if paranoid() < 2 || !sys_is_root() {
+        eprintln!("kernel.perf_event_paranoid < 2 or not root: nothing to check");
+        return;
+    }
+    let dir = tmp();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out = dir.path().join("user.frec");
+    let busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+    let o = as_nobody(&[
+        "record",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        busy,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("recording user stacks only"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !stderr(&o).contains("kernel symbols are hidden"),
+        "{}",
+        stderr(&o)
+    );
+    let stacks = fold(&out, &[]);
+    assert!(total(&stacks) > 0);
+    assert!(stacks
+        .iter()
+        .all(|(s, _)| !s.iter().any(|f| f.starts_with("entry_SYSCALL"))));
+    let o = as_nobody(&[
+        "record",
+        "-q",
+        "-a",
+        "-d",
+        "1",
+        "-o",
+        dir.path().join("a.frec").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.lines().count() == 1 && err.contains("kernel.perf_event_paranoid is"),
+        "{err}"
+    );
+    assert!(err.contains("perf_event_paranoid=0"), "{err}");
+}
+
+fn sys_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+#[test]
+fn lost_samples_are_counted_stored_and_explained() {
+    let dir = tmp();
+    let out = dir.path().join("lost.frec");
+    // A ring of a few samples at 20 kHz with the largest stack copies.
+    let args = ["--mmap-pages", "1", "-F", "20000", "--stack-size", "61440"];
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let Some(o) = record(&out, &args, &[bin.to_str().unwrap(), "--units", "150000"]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info = info_json(&out);
+    let lost = info["lost_samples"].as_u64().unwrap();
+    let samples = info["samples"].as_u64().unwrap();
+    assert!(samples + lost > 0);
+    let err = stderr(&o);
+    if lost * 100 > samples + lost {
+        assert!(
+            err.contains("--mmap-pages"),
+            "{lost} lost of {samples}, no advice: {err}"
+        );
+    }
+    // The count the recorder saw is the count the file keeps.
+    let line = err
+        .lines()
+        .find(|l| l.contains(" lost, "))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("{samples} samples, {lost} lost")),
+        "{line}"
+    );
+}
+
+#[test]
+fn task_clock_samples_the_same_split() {
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let dir = tmp();
+    let out = dir.path().join("task.frec");
+    let Some(o) = record(&out, &["-e", "task-clock"], &[bin.to_str().unwrap()]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(info_json(&out)["event"], "task-clock");
+    let stacks = fold(&out, &["--no-inline"]);
+    let alpha = share(&stacks, |s| s.last().is_some_and(|f| f == "cpu_mix_alpha"));
+    // Tolerance 5 points, as for cpu-clock.
+    assert!((45.0..=55.0).contains(&alpha), "cpu_mix_alpha {alpha:.1}%");
+}
+
+#[test]
+fn sigterm_is_forwarded_and_a_second_sigint_stops_at_once() {
+    if !perf_usable() {
+        return;
+    }
+    let dir = tmp();
+    let out = dir.path().join("term.frec");
+    let mut rec = flamerec()
+        .args(["record", "-q", "-o"])
+        .arg(&out)
+        .args(["--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    sleep(Duration::from_millis(400));
+    Command::new("kill")
+        .args(["-TERM", &rec.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(rec.wait().unwrap().code(), Some(128 + 15));
+    assert_eq!(info_json(&out)["complete"], true);
+
+    // A command that ignores SIGINT: the first is passed on and ignored,
+    // the second stops recording; the file is still finished.
+    let out = dir.path().join("int2.frec");
+    let mut rec = flamerec()
+        .args(["record", "-q", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "trap '' INT; sleep 5"])
+        .spawn()
+        .unwrap();
+    sleep(Duration::from_millis(400));
+    for _ in 0..2 {
+        Command::new("kill")
+            .args(["-INT", &rec.id().to_string()])
+            .status()
+            .unwrap();
+        sleep(Duration::from_millis(300));
+    }
+    assert_eq!(rec.wait().unwrap().code(), Some(130));
+    assert_eq!(info_json(&out)["complete"], true);
+}

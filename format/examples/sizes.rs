@@ -31,6 +31,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let p: u64 = last.insert(f.module, f.address).unwrap_or(0);
         varint(&mut frames, zz(f.address.wrapping_sub(p) as i64));
     }
+    let mut sorted: Vec<_> = t.frames.iter().map(|f| (f.module, f.address)).collect();
+    sorted.sort_unstable();
+    let mut sframes = Vec::new();
+    let mut prev = (u32::MAX, 0u64);
+    for &(m, a) in &sorted {
+        varint(&mut sframes, u64::from(m));
+    }
+    for &(m, a) in &sorted {
+        let p = if prev.0 == m { prev.1 } else { 0 };
+        varint(&mut sframes, a.wrapping_sub(p));
+        prev = (m, a);
+    }
+    let mut order: Vec<usize> = (0..t.frames.len()).collect();
+    order.sort_unstable_by_key(|&i| (t.frames[i].module, t.frames[i].address));
+    let mut rank = vec![0i64; t.frames.len()];
+    for (r, &i) in order.iter().enumerate() {
+        rank[i] = r as i64;
+    }
+    let mut snodes = Vec::new();
+    let mut prev_r = 0i64;
+    for id in 1..t.node_count() as u32 {
+        if let Some((p, _)) = t.node(id) {
+            varint(&mut snodes, u64::from(id - p));
+        }
+    }
+    for id in 1..t.node_count() as u32 {
+        if let Some((_, f)) = t.node(id) {
+            varint(&mut snodes, zz(rank[f as usize] - prev_r));
+            prev_r = rank[f as usize];
+        }
+    }
     let mut nodes = Vec::new();
     let mut prev = 0i64;
     for id in 1..t.node_count() as u32 {
@@ -75,6 +106,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     for (name, b) in [
         ("frames", &frames),
+        ("sorted", &sframes),
+        ("snodes", &snodes),
         ("nodes", &nodes),
         ("times", &times),
         ("stacks", &stacks),

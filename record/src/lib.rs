@@ -160,6 +160,9 @@ pub struct RecordSummary {
     pub exit: Option<WaitStatus>,
     /// User stacks whose unwinding stopped before the entry point (dwarf mode).
     pub truncated_stacks: u64,
+    /// The signal that stopped recording before the command ended (a second
+    /// Ctrl-C), if one did.
+    pub stopped_by: Option<i32>,
     /// Warnings to show the user.
     pub warnings: Vec<String>,
 }
@@ -169,10 +172,12 @@ pub struct RecordSummary {
 #[non_exhaustive]
 pub enum RecordError {
     /// perf_event_open was refused.
-    #[error("perf_event_open was denied ({source}); kernel.perf_event_paranoid is {paranoid}: run as root, or allow it with `sudo sysctl kernel.perf_event_paranoid=1`")]
+    #[error("perf_event_open was denied ({source}); kernel.perf_event_paranoid is {paranoid}: run as root, or allow it with `sudo sysctl kernel.perf_event_paranoid={needed}`")]
     PerfDenied {
         /// Current value of kernel.perf_event_paranoid.
         paranoid: String,
+        /// The value that allows what was asked (0 for system-wide, 1 otherwise).
+        needed: i32,
         /// The error.
         source: std::io::Error,
     },

@@ -118,10 +118,16 @@ pub fn record(
     }
     // Dwarf samples carry a stack copy each: give the ring room for ~100 ms of them.
     let default_pages = if dwarf { 1024 } else { 128 };
+    // Whatever is asked, the buffer must hold a few whole dwarf samples.
+    let min_pages = if dwarf {
+        (4 * (opts.stack_size as usize + 2048)).div_ceil(sys::page_size())
+    } else {
+        1
+    };
     let pages = limit_pages(
         opts.mmap_pages
             .unwrap_or(default_pages)
-            .max(1)
+            .max(min_pages)
             .next_power_of_two(),
     );
     let mut cfg = EventConfig {
@@ -184,7 +190,14 @@ pub fn record(
     let kallsyms = kallsyms_loader
         .and_then(|h| h.join().ok())
         .unwrap_or_default();
-    let mut st = State::new(writer, kallsyms, opts, start_mono, sample_type);
+    let mut st = State::new(
+        writer,
+        kallsyms,
+        opts,
+        start_mono,
+        sample_type,
+        !cfg.exclude_kernel,
+    );
     st.warnings.append(&mut warnings);
     let pid = match (child, &launch) {
         (Some(child), Some((argv, program, _))) => match child.start() {
@@ -244,6 +257,7 @@ pub fn record(
 
     let mut exit = None;
     let mut signals_seen = 0;
+    let mut stopped_by = None;
     let mut last_flush = Instant::now();
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); events.len()];
     loop {
@@ -274,7 +288,11 @@ pub fn record(
                 Some(p) if signals_seen < 2 => {
                     let _ = sys::kill(p, sig as i32);
                 }
-                _ => break,
+                Some(_) => {
+                    stopped_by = Some(sig as i32);
+                    break;
+                }
+                None => break,
             }
         }
         match pid {
@@ -339,7 +357,7 @@ pub fn record(
             exit = wait_blocking(p);
         }
     }
-    if samples > 0 && lost * 100 > samples + lost {
+    if lost > 0 && lost * 100 > samples + lost {
         warnings.push(format!(
             "{lost} samples were lost ({:.1}%): lower -F or raise --mmap-pages",
             lost as f64 * 100.0 / (samples + lost) as f64
@@ -355,6 +373,7 @@ pub fn record(
         output: opts.output.clone(),
         exit,
         truncated_stacks,
+        stopped_by,
         warnings,
     })
 }
@@ -370,7 +389,7 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
                 Ok(fd) => fd,
                 // A thread of an attached process may exit meanwhile.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) && task > 0 => continue,
-                Err(e) => return Err(open_error(cfg.counter, e)),
+                Err(e) => return Err(open_error(cfg.counter, tasks == [-1], e)),
             };
             match owner {
                 Some(i) => {
@@ -426,10 +445,11 @@ fn wait_blocking(pid: i32) -> Option<WaitStatus> {
     }
 }
 
-fn open_error(counter: Counter, e: io::Error) -> RecordError {
+fn open_error(counter: Counter, system_wide: bool, e: io::Error) -> RecordError {
     match e.raw_os_error() {
         Some(libc::EACCES) | Some(libc::EPERM) => RecordError::PerfDenied {
             paranoid: read_trimmed("/proc/sys/kernel/perf_event_paranoid"),
+            needed: if system_wide { 0 } else { 1 },
             source: e,
         },
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {

@@ -27,7 +27,7 @@ pub(crate) struct State<W: io::Write> {
     kallsyms: Kallsyms,
     kernel_module: ModuleId,
     unknown_module: ModuleId,
-    kernel_frames: HashMap<u64, FrameId>,
+    kernel_addrs: HashSet<u64>,
     symbols_written: HashSet<usize>,
     trim: AddressRanges,
     trim_sched: AddressRanges,
@@ -40,7 +40,8 @@ pub(crate) struct State<W: io::Write> {
     pub(crate) pids: HashSet<u32>,
     pub(crate) tids: HashSet<u32>,
     pub(crate) warnings: Vec<String>,
-    frames: Vec<FrameId>,
+    frames: Vec<Frame>,
+    frame_ids: Vec<FrameId>,
     pub(crate) unwinder: Option<StackUnwinder>,
     user_addrs: Vec<u64>,
     /// System-wide mode: flamerec's own pid, whose samples are dropped.
@@ -58,7 +59,10 @@ impl<W: io::Write> State<W> {
         opts: &RecordOptions,
         start_mono: u64,
         sample_type: u64,
+        kernel: bool,
     ) -> Self {
+        // Without kernel samples, hidden kernel symbols do not matter.
+        let kallsyms_hidden_ok = !kernel;
         let kernel_module = writer.module(&Module {
             kind: ModuleKind::Kernel,
             path: "[kernel.kallsyms]".into(),
@@ -74,7 +78,7 @@ impl<W: io::Write> State<W> {
         let trim = kallsyms.ranges(|n| (!keep && is_sampling_path(n)) || extra.contains(n));
         let trim_sched = kallsyms.ranges(|n| !keep && is_scheduler(n));
         let mut warnings = Vec::new();
-        if opts.kernel && kallsyms.is_empty() {
+        if !kallsyms_hidden_ok && kallsyms.is_empty() {
             warnings.push(
                 "kernel symbols are hidden (/proc/kallsyms shows no addresses: check kernel.kptr_restrict); kernel frames will show as addresses"
                     .into(),
@@ -85,7 +89,7 @@ impl<W: io::Write> State<W> {
             kallsyms,
             kernel_module,
             unknown_module,
-            kernel_frames: HashMap::new(),
+            kernel_addrs: HashSet::new(),
             symbols_written: HashSet::new(),
             trim,
             trim_sched,
@@ -99,6 +103,7 @@ impl<W: io::Write> State<W> {
             tids: HashSet::new(),
             warnings,
             frames: Vec::new(),
+            frame_ids: Vec::new(),
             unwinder: (opts.call_graph == CallGraph::Dwarf).then(new_unwinder),
             user_addrs: Vec::new(),
             exclude_pid: None,
@@ -281,22 +286,21 @@ impl<W: io::Write> State<W> {
         self.trim.contains(addr) || (self.off_cpu && self.trim_sched.contains(addr))
     }
 
-    fn kernel_frame(&mut self, addr: u64) -> FrameId {
-        if let Some(&f) = self.kernel_frames.get(&addr) {
-            return f;
-        }
-        if let Some(i) = self.kallsyms.lookup(addr) {
-            if self.symbols_written.insert(i) {
-                let sym = self.kallsyms.symbol(i);
-                self.writer.kernel_symbol(&sym);
+    /// A kernel frame; the first time an address is seen, the symbol it
+    /// falls in is written too.
+    fn kernel_frame(&mut self, addr: u64) -> Frame {
+        if self.kernel_addrs.insert(addr) {
+            if let Some(i) = self.kallsyms.lookup(addr) {
+                if self.symbols_written.insert(i) {
+                    let sym = self.kallsyms.symbol(i);
+                    self.writer.kernel_symbol(&sym);
+                }
             }
         }
-        let f = self.writer.frame(Frame {
+        Frame {
             module: self.kernel_module,
             address: addr,
-        });
-        self.kernel_frames.insert(addr, f);
-        f
+        }
     }
 
     fn sample(&mut self, s: &SampleRecord<'_>) {
@@ -335,7 +339,7 @@ impl<W: io::Write> State<W> {
                     module: self.unknown_module,
                     address: addr,
                 });
-                frames.push(self.writer.frame(frame));
+                frames.push(frame);
             }
         }
         if let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) {
@@ -349,7 +353,7 @@ impl<W: io::Write> State<W> {
                     module: self.unknown_module,
                     address: addr,
                 });
-                frames.push(self.writer.frame(frame));
+                frames.push(frame);
             }
             self.user_addrs = addrs;
         }
@@ -361,13 +365,19 @@ impl<W: io::Write> State<W> {
                     module: self.unknown_module,
                     address: s.ip,
                 });
-                self.writer.frame(frame)
+                frame
             };
             frames.push(f);
         }
-        frames.reverse();
-        let stack = self.writer.stack(&frames);
+        // Intern root first, the order stack nodes are made in: frames new
+        // to the file then get consecutive ids along the new nodes, which
+        // the nodes' frame column stores as small deltas.
+        let mut ids = std::mem::take(&mut self.frame_ids);
+        ids.clear();
+        ids.extend(frames.iter().rev().map(|&f| self.writer.frame(f)));
+        let stack = self.writer.stack(&ids);
         self.frames = frames;
+        self.frame_ids = ids;
         let time_ns = self.rel(s.time);
         if self.off_cpu {
             // Weighed when the thread runs again (see the Switch record).

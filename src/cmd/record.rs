@@ -179,6 +179,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     Ok(match summary.exit {
         Some(WaitStatus::Exited(c)) => ExitCode::from(c as u8),
         Some(WaitStatus::Signaled(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
-        None => ExitCode::SUCCESS,
+        // Stopped by a second Ctrl-C while the command still ran.
+        None => match summary.stopped_by {
+            Some(s) => ExitCode::from(128u8.wrapping_add(s as u8)),
+            None => ExitCode::SUCCESS,
+        },
     })
 }
