@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     sorted.sort_unstable();
     let mut sframes = Vec::new();
     let mut prev = (u32::MAX, 0u64);
-    for &(m, a) in &sorted {
+    for &(m, _) in &sorted {
         varint(&mut sframes, u64::from(m));
     }
     for &(m, a) in &sorted {
