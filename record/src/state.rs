@@ -286,6 +286,15 @@ impl<W: io::Write> State<W> {
         self.trim.contains(addr) || (self.off_cpu && self.trim_sched.contains(addr))
     }
 
+    /// A user frame: (module, offset) through the process's mappings, or the
+    /// bare address in the `[unknown]` module.
+    fn user_frame(&self, pid: u32, addr: u64) -> Frame {
+        self.procs.resolve(pid, addr).unwrap_or(Frame {
+            module: self.unknown_module,
+            address: addr,
+        })
+    }
+
     /// A kernel frame; the first time an address is seen, the symbol it
     /// falls in is written too.
     fn kernel_frame(&mut self, addr: u64) -> Frame {
@@ -335,10 +344,7 @@ impl<W: io::Write> State<W> {
                 frames.push(f);
             } else if context == sys::PERF_CONTEXT_USER {
                 trimming = false;
-                let frame = self.procs.resolve(s.pid, addr).unwrap_or(Frame {
-                    module: self.unknown_module,
-                    address: addr,
-                });
+                let frame = self.user_frame(s.pid, addr);
                 frames.push(frame);
             }
         }
@@ -349,10 +355,7 @@ impl<W: io::Write> State<W> {
             for (i, &a) in addrs.iter().enumerate() {
                 // Return addresses step back into the call instruction.
                 let addr = if i == 0 { a } else { a.wrapping_sub(1) };
-                let frame = self.procs.resolve(s.pid, addr).unwrap_or(Frame {
-                    module: self.unknown_module,
-                    address: addr,
-                });
+                let frame = self.user_frame(s.pid, addr);
                 frames.push(frame);
             }
             self.user_addrs = addrs;
@@ -361,11 +364,7 @@ impl<W: io::Write> State<W> {
             let f = if s.ip >= 1 << 63 {
                 self.kernel_frame(s.ip)
             } else {
-                let frame = self.procs.resolve(s.pid, s.ip).unwrap_or(Frame {
-                    module: self.unknown_module,
-                    address: s.ip,
-                });
-                frame
+                self.user_frame(s.pid, s.ip)
             };
             frames.push(f);
         }
