@@ -98,22 +98,7 @@ fn cpu_mix_shares_match_its_construction() {
     assert!(o.status.success(), "{}", stderr(&o));
     let stacks = fold(&out, &[]);
     // Tolerance: 5 percentage points (flamerec_samples::TOLERANCE_PCT).
-    for e in Sample::CpuMix.expected() {
-        let got = match e.kind {
-            flamerec_samples::ShareKind::SelfPct => {
-                share(&stacks, |s| s.last().is_some_and(|f| f == e.function))
-            }
-            flamerec_samples::ShareKind::TotalPct => {
-                share(&stacks, |s| s.iter().any(|f| f == e.function))
-            }
-        };
-        assert!(
-            e.matches(got),
-            "{}: {got:.1}% measured, {}% expected",
-            e.function,
-            e.pct
-        );
-    }
+    assert_expected_shares(&stacks, Sample::CpuMix);
 }
 
 #[test]

@@ -32,22 +32,7 @@ fn dwarf_mode_gives_whole_stacks_without_frame_pointers() {
     assert!(whole >= 98.0, "only {whole:.1}% of stacks reach _start");
     let run = share(&stacks, |s| s.iter().any(|f| f == "cpu_mix_run"));
     assert!(run >= 95.0, "cpu_mix_run in only {run:.1}% of stacks");
-    for e in Sample::CpuMix.expected() {
-        let got = match e.kind {
-            flamerec_samples::ShareKind::SelfPct => {
-                share(&stacks, |s| s.last().is_some_and(|f| f == e.function))
-            }
-            flamerec_samples::ShareKind::TotalPct => {
-                share(&stacks, |s| s.iter().any(|f| f == e.function))
-            }
-        };
-        assert!(
-            e.matches(got),
-            "{}: {got:.1}% measured, {}% expected",
-            e.function,
-            e.pct
-        );
-    }
+    assert_expected_shares(&stacks, Sample::CpuMix);
 }
 
 #[test]

@@ -100,3 +100,24 @@ pub fn perf_usable() -> bool {
 pub fn total(stacks: &[(Vec<String>, u64)]) -> u64 {
     stacks.iter().map(|s| s.1).sum()
 }
+
+/// Asserts a sample's expected shares (self: leaf frame; total: anywhere in
+/// the stack, once per sample) within `flamerec_samples::TOLERANCE_PCT` points.
+pub fn assert_expected_shares(stacks: &[(Vec<String>, u64)], sample: Sample) {
+    for e in sample.expected() {
+        let got = match e.kind {
+            flamerec_samples::ShareKind::SelfPct => {
+                share(stacks, |s| s.last().is_some_and(|f| f == e.function))
+            }
+            flamerec_samples::ShareKind::TotalPct => {
+                share(stacks, |s| s.iter().any(|f| f == e.function))
+            }
+        };
+        assert!(
+            e.matches(got),
+            "{sample} {}: {got:.1}% measured, {}% expected",
+            e.function,
+            e.pct
+        );
+    }
+}

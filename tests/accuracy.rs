@@ -1,0 +1,758 @@
+//! Accuracy: recordings of the known-profile samples match their construction, and
+//! flamerec's leaf functions agree with perf's on the same workload.
+//!
+//! Tolerances, stated once:
+//! - shares of functions, processes and threads: within [`TOLERANCE_PCT`] = 5 percentage
+//!   points of the construction (`flamerec_samples`, its README has the expected profiles);
+//! - agreement with perf: total variation distance between the leaf-function distributions
+//!   of flamerec and of perf (`perf record -F 999`, `-g` and `--call-graph dwarf`) ≤
+//!   [`MAX_TVD`] = 0.05.
+//!
+//! Tests need perf_event_open and, for the agreement, the `perf` tool: where perf events are
+//! denied they fail naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set; a missing
+//! `perf` is installed with apt-get when running as root, and is a failure otherwise — never
+//! a silent pass. Modes the recorder does not support yet (see [`REFUSALS`]) are asserted to
+//! be refused with their exact message and reported on stderr as not available; the
+//! moment the recorder accepts them, the same test runs the real checks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use flamerec_samples::{build, frame_is, FramePointers, Sample, ShareKind, TaskKind};
+use flamerec_samples::{ExpectedShare, TOLERANCE_PCT};
+
+/// Largest total variation distance (0–1) allowed between flamerec's and perf's
+/// leaf-function distributions.
+const MAX_TVD: f64 = 0.05;
+
+/// Functions with less than this share (0–1) on both sides are compared as one bucket: each
+/// rare function alone is mostly sampling noise.
+const RARE: f64 = 0.01;
+
+/// Frames a stack's root-most user frame may be for the stack to count as whole (leading
+/// underscores aside: glibc's thread entry is `__clone3`).
+const ENTRY_FRAMES: &[&str] = &["start", "clone", "clone3", "start_thread"];
+
+fn is_entry(frame: &str) -> bool {
+    ENTRY_FRAMES.contains(&frame.trim_start_matches('_'))
+}
+
+/// What the recorder says for a mode it does not support yet, with the issue that adds it
+/// (the check turns into the real one by itself when the refusal goes away).
+const REFUSALS: &[(&str, &str, &str)] = &[
+    // Issue 5 (dwarf call graphs) — landed; kept so an accidental regression reads clearly.
+    (
+        "dwarf",
+        "flamerec: error: -g dwarf is not supported yet; use -g fp",
+        "record -g dwarf unsupported",
+    ),
+    // Issue 4 (recorder: off-cpu events).
+    (
+        "off-cpu",
+        "flamerec: error: -e off-cpu is not supported yet",
+        "record -e off-cpu unsupported",
+    ),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Fp,
+    Dwarf,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Fp => "fp",
+            Mode::Dwarf => "dwarf",
+        }
+    }
+
+    /// The build each mode is meant for: dwarf mode exists for binaries without frame
+    /// pointers.
+    fn build(self) -> FramePointers {
+        match self {
+            Mode::Fp => FramePointers::Yes,
+            Mode::Dwarf => FramePointers::No,
+        }
+    }
+}
+
+type Stacks = Vec<(Vec<String>, u64)>;
+
+fn flamerec() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flamerec"))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn skipping() -> bool {
+    std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
+}
+
+fn sample_bin(sample: Sample, fp: FramePointers) -> PathBuf {
+    build(sample, fp).unwrap_or_else(|e| panic!("cannot build sample {sample}: {e}"))
+}
+
+/// Records `bin args` with flamerec; `None` when perf tests are skipped or the recorder
+/// refuses a mode it does not support yet (asserted to be the exact known refusal).
+fn record(out: &Path, what: &str, extra: &[&str], bin: &Path, args: &[String]) -> Option<()> {
+    let o = flamerec()
+        .args(["record", "-q", "-F", "999", "-o"])
+        .arg(out)
+        .args(extra)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .output()
+        .expect("run flamerec record");
+    let err = stderr(&o);
+    if err.contains("not supported yet") {
+        let line = err.trim_end();
+        let refusal = REFUSALS.iter().find(|r| r.1 == line);
+        let Some((name, _, reason)) = refusal else {
+            panic!("{what}: refused with an unknown message: {line:?}")
+        };
+        eprintln!("flamerec {name}: not available ({reason}) — {what} not checked");
+        return None;
+    }
+    if err.contains("perf_event_open") || err.contains("perf_event_paranoid") {
+        if skipping() {
+            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
+            return None;
+        }
+        panic!("perf_event_open is not usable here, so {what} cannot be recorded: {err}");
+    }
+    assert!(o.status.success(), "{what}: flamerec record failed: {err}");
+    Some(())
+}
+
+/// Folded stacks as (frames root first, count).
+fn fold(path: &Path, extra: &[&str]) -> Stacks {
+    let o = flamerec()
+        .arg("fold")
+        .args(extra)
+        .arg(path)
+        .output()
+        .expect("run flamerec fold");
+    assert!(o.status.success(), "fold failed: {}", stderr(&o));
+    parse_folded(&String::from_utf8(o.stdout).expect("utf-8 folded output"))
+}
+
+fn parse_folded(text: &str) -> Stacks {
+    text.lines()
+        .map(|l| {
+            let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
+            (
+                stack.split(';').map(str::to_owned).collect(),
+                count.parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
+/// `lost N of M` from `info --json`, for failure messages: lost samples skew shares.
+fn losses(path: &Path) -> String {
+    let o = flamerec()
+        .args(["info", "--json"])
+        .arg(path)
+        .output()
+        .expect("run flamerec info");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+    format!("{} lost of {} recorded", v["lost_samples"], v["samples"])
+}
+
+fn total(stacks: &Stacks) -> u64 {
+    stacks.iter().map(|s| s.1).sum()
+}
+
+/// Share (0–100) of the weight whose stack satisfies `pred`.
+fn share(stacks: &Stacks, pred: impl Fn(&[String]) -> bool) -> f64 {
+    let hit: u64 = stacks.iter().filter(|s| pred(&s.0)).map(|s| s.1).sum();
+    hit as f64 * 100.0 / total(stacks).max(1) as f64
+}
+
+/// The measured share of one expected line: self is the leaf, total anywhere but the root
+/// (the root is the process or thread name).
+fn measured(stacks: &Stacks, e: &ExpectedShare) -> f64 {
+    match e.kind {
+        ShareKind::SelfPct => share(stacks, |s| {
+            s.len() > 1 && s.last().is_some_and(|f| frame_is(f, e.function))
+        }),
+        ShareKind::TotalPct => share(stacks, |s| s[1..].iter().any(|f| frame_is(f, e.function))),
+    }
+}
+
+fn assert_shares(
+    what: &str,
+    stacks: &Stacks,
+    expected: &[ExpectedShare],
+    lost: &dyn Fn() -> String,
+) {
+    let mut report = String::new();
+    let mut ok = true;
+    for e in expected {
+        let got = measured(stacks, e);
+        ok &= e.matches(got);
+        report += &format!(
+            "\n  {} {:?}: {got:.1}% measured, {:.1}% expected",
+            e.function, e.kind, e.pct
+        );
+    }
+    assert!(
+        ok,
+        "{what}: shares off by more than {TOLERANCE_PCT} points ({} samples, {}):{report}",
+        total(stacks),
+        lost()
+    );
+}
+
+/// The kernel's limit on callchain entries, which caps frame-pointer stacks.
+fn kernel_max_stack() -> usize {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(127)
+}
+
+/// Records `sample` in `mode` (its default work size) and checks every share, task split
+/// and depth its construction promises.
+fn check_construction(sample: Sample, mode: Mode) {
+    let what = format!("{sample} (-g {})", mode.arg());
+    let bin = sample_bin(sample, mode.build());
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let out = dir.path().join("rec.frec");
+    let args = sample.args(sample.default_work());
+    if record(&out, &what, &["-g", mode.arg()], &bin, &args).is_none() {
+        return;
+    }
+    let stacks = fold(&out, &[]);
+    assert!(
+        total(&stacks) >= 100,
+        "{what}: only {} samples",
+        total(&stacks)
+    );
+    let lost = || losses(&out);
+    assert_shares(&what, &stacks, sample.expected(), &lost);
+
+    if sample.min_kernel_pct() > 0.0 {
+        let k = fold(&out, &["--kernel-suffix"]);
+        let kernel = share(&k, |s| s.last().is_some_and(|f| f.ends_with("_[k]")));
+        assert!(
+            kernel >= sample.min_kernel_pct(),
+            "{what}: {kernel:.1}% of leaves in the kernel, expected ≥ {}%",
+            sample.min_kernel_pct()
+        );
+    }
+    check_tasks(&what, sample, &out);
+    if let Some(d) = sample.expected_depth() {
+        // Frame-pointer callchains are walked by the kernel, which stops at
+        // kernel.perf_event_max_stack entries (markers and the leaf included); dwarf
+        // unwinding has no such cap.
+        let want = match mode {
+            Mode::Fp => d.frames.min(kernel_max_stack().saturating_sub(8)),
+            Mode::Dwarf => d.frames,
+        };
+        let deep = share(&stacks, |s| {
+            s.last().is_some_and(|f| frame_is(f, d.leaf))
+                && s.iter().filter(|f| frame_is(f, d.function)).count() >= want
+        });
+        assert!(
+            deep >= 100.0 - TOLERANCE_PCT,
+            "{what}: only {deep:.1}% of samples hold {want} frames of {} above {}",
+            d.function,
+            d.leaf
+        );
+        if mode == Mode::Fp && want < d.frames {
+            eprintln!(
+                "{what}: frame-pointer stacks capped by kernel.perf_event_max_stack = {}; \
+                 checked {want} of {} frames",
+                kernel_max_stack(),
+                d.frames
+            );
+        }
+    }
+    if mode == Mode::Dwarf {
+        // Whole stacks: the root-most frame under the process name is the thread's entry.
+        let whole = share(&stacks, |s| s.get(1).is_some_and(|f| is_entry(f)));
+        assert!(
+            whole >= 100.0 - TOLERANCE_PCT,
+            "{what}: only {whole:.1}% of stacks reach {ENTRY_FRAMES:?}"
+        );
+    }
+    if sample == Sample::InlineHeavy {
+        // Without inline expansion all the work is the one real function's self time.
+        let flat = fold(&out, &["--no-inline"]);
+        assert_shares(
+            &format!("{what} --no-inline"),
+            &flat,
+            &[ExpectedShare {
+                function: "inline_heavy_run",
+                kind: ShareKind::SelfPct,
+                pct: 100.0,
+            }],
+            &lost,
+        );
+    }
+}
+
+/// Each expected task is one process (thread) holding its share of all the samples, and
+/// no two expected functions share a task.
+fn check_tasks(what: &str, sample: Sample, out: &Path) {
+    let Some(kind) = sample.tasks().first().map(|t| t.kind) else {
+        return;
+    };
+    let flag = match kind {
+        TaskKind::Process => "--per-process",
+        TaskKind::Thread => "--per-thread",
+    };
+    let stacks = fold(out, &[flag]);
+    let all = total(&stacks).max(1) as f64;
+    let mut per_root: HashMap<&str, u64> = HashMap::new();
+    for (s, n) in &stacks {
+        *per_root.entry(s[0].as_str()).or_default() += n;
+    }
+    let mut seen = Vec::new();
+    for t in sample.tasks() {
+        let mut roots: Vec<&str> = stacks
+            .iter()
+            .filter(|(s, _)| s[1..].iter().any(|f| frame_is(f, t.function)))
+            .map(|(s, _)| s[0].as_str())
+            .collect();
+        roots.sort_unstable();
+        roots.dedup();
+        assert_eq!(
+            roots.len(),
+            1,
+            "{what}: {} runs in one {kind:?}, found in {roots:?}",
+            t.function
+        );
+        let got = per_root[roots[0]] as f64 * 100.0 / all;
+        assert!(
+            t.matches(got),
+            "{what}: {kind:?} {} running {} holds {got:.1}%, expected {:.1}% ± {TOLERANCE_PCT}",
+            roots[0],
+            t.function,
+            t.pct
+        );
+        assert!(
+            !seen.contains(&roots[0]),
+            "{what}: {} shares {} with another function",
+            t.function,
+            roots[0]
+        );
+        seen.push(roots[0]);
+    }
+}
+
+#[test]
+fn cpu_mix_matches_its_construction_fp() {
+    check_construction(Sample::CpuMix, Mode::Fp);
+}
+
+#[test]
+fn cpu_mix_matches_its_construction_dwarf() {
+    check_construction(Sample::CpuMix, Mode::Dwarf);
+}
+
+#[test]
+fn syscall_loop_matches_its_construction_fp() {
+    check_construction(Sample::SyscallLoop, Mode::Fp);
+}
+
+#[test]
+fn syscall_loop_matches_its_construction_dwarf() {
+    check_construction(Sample::SyscallLoop, Mode::Dwarf);
+}
+
+#[test]
+fn threads_match_their_construction_fp() {
+    check_construction(Sample::Threads, Mode::Fp);
+}
+
+#[test]
+fn threads_match_their_construction_dwarf() {
+    check_construction(Sample::Threads, Mode::Dwarf);
+}
+
+#[test]
+fn proc_tree_matches_its_construction_fp() {
+    check_construction(Sample::ProcTree, Mode::Fp);
+}
+
+#[test]
+fn proc_tree_matches_its_construction_dwarf() {
+    check_construction(Sample::ProcTree, Mode::Dwarf);
+}
+
+#[test]
+fn sleeper_on_cpu_matches_its_construction_fp() {
+    check_construction(Sample::Sleeper, Mode::Fp);
+}
+
+#[test]
+fn inline_heavy_matches_its_construction_fp() {
+    check_construction(Sample::InlineHeavy, Mode::Fp);
+}
+
+#[test]
+fn inline_heavy_matches_its_construction_dwarf() {
+    check_construction(Sample::InlineHeavy, Mode::Dwarf);
+}
+
+#[test]
+fn recursion_matches_its_construction_fp() {
+    check_construction(Sample::Recursion, Mode::Fp);
+}
+
+#[test]
+fn recursion_matches_its_construction_dwarf() {
+    check_construction(Sample::Recursion, Mode::Dwarf);
+}
+
+#[test]
+fn sleeper_off_cpu_matches_its_construction() {
+    let sample = Sample::Sleeper;
+    for mode in [Mode::Fp, Mode::Dwarf] {
+        let what = format!("{sample} (-e off-cpu -g {})", mode.arg());
+        let bin = sample_bin(sample, mode.build());
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let out = dir.path().join("off.frec");
+        let args = sample.args(sample.default_work());
+        let extra = ["-e", "off-cpu", "-g", mode.arg()];
+        if record(&out, &what, &extra, &bin, &args).is_none() {
+            continue;
+        }
+        let stacks = fold(&out, &[]);
+        assert_shares(&what, &stacks, sample.expected_off_cpu(), &|| losses(&out));
+        // Weights are blocked nanoseconds: 10 rounds of 20 + 60 ms.
+        let blocked = total(&stacks) as f64 / 1e9;
+        assert!(
+            (0.75..=1.2).contains(&blocked),
+            "{what}: {blocked:.3} s blocked in all, 0.8 s slept"
+        );
+    }
+}
+
+// ---- agreement with perf ----
+
+/// The `perf` command, installed with apt-get if missing and running as root.
+fn perf() -> &'static str {
+    static PERF: OnceLock<Result<(), String>> = OnceLock::new();
+    let ready = PERF.get_or_init(|| {
+        let works = || {
+            Command::new("perf")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if works() {
+            return Ok(());
+        }
+        let root = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("Uid:"))
+                    .map(|l| l.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false);
+        if !root {
+            return Err(
+                "perf is not installed and this test is not root, so it cannot \
+                        install it: run `apt-get install linux-perf` (Debian)"
+                    .into(),
+            );
+        }
+        eprintln!("perf is not installed: installing Debian's linux-perf with apt-get");
+        for args in [&["update"][..], &["install", "-y", "linux-perf"]] {
+            let o = Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .output()
+                .map_err(|e| format!("cannot run apt-get to install perf: {e}"))?;
+            if !o.status.success() {
+                return Err(format!(
+                    "apt-get {} failed while installing perf: {}",
+                    args.join(" "),
+                    stderr(&o)
+                ));
+            }
+        }
+        if works() {
+            Ok(())
+        } else {
+            Err("linux-perf is installed but `perf --version` still fails".into())
+        }
+    });
+    if let Err(e) = ready {
+        panic!("{e}");
+    }
+    "perf"
+}
+
+/// Records with `perf record -e cpu-clock -F 999 CALL_GRAPH`; `None` when perf tests are
+/// skipped.
+fn perf_record(out: &Path, call_graph: &[&str], bin: &Path, args: &[String]) -> Option<()> {
+    let o = Command::new(perf())
+        .args(["record", "-q", "-e", "cpu-clock", "-F", "999", "-o"])
+        .arg(out)
+        .args(call_graph)
+        .arg("--")
+        .arg(bin)
+        .args(args)
+        .output()
+        .expect("run perf record");
+    let err = stderr(&o);
+    if !o.status.success() && (err.contains("perf_event_paranoid") || err.contains("ermission")) {
+        if skipping() {
+            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
+            return None;
+        }
+        panic!("perf cannot record here, so flamerec cannot be compared with it: {err}");
+    }
+    assert!(
+        o.status.success(),
+        "perf record {call_graph:?} failed: {err}"
+    );
+    Some(())
+}
+
+/// Leaf symbol of every sample of a perf.data, from `perf script -F comm,pid,tid,ip,sym`:
+/// blocks of a `comm pid/tid` line and callchain lines `ADDRESS SYMBOL`, innermost first.
+/// The leaf is the function the first address is in, as flamerec's with `--no-inline`:
+/// perf expands inlined frames of dwarf callchains into several lines of the same address,
+/// `SYMBOL (inlined)` but one; where all of them say inlined (as perf prints some libc
+/// frames), the outermost is the function.
+fn perf_leaves(data: &Path) -> BTreeMap<String, u64> {
+    let o = Command::new(perf())
+        .args(["script", "-F", "comm,pid,tid,ip,sym", "-i"])
+        .arg(data)
+        .output()
+        .expect("run perf script");
+    assert!(o.status.success(), "perf script failed: {}", stderr(&o));
+    parse_perf_script_leaves(&String::from_utf8_lossy(&o.stdout))
+}
+
+fn parse_perf_script_leaves(text: &str) -> BTreeMap<String, u64> {
+    let mut leaves = BTreeMap::new();
+    for block in text.split("\n\n") {
+        let mut lines = block.lines().filter(|l| !l.trim().is_empty());
+        if lines.next().is_none() {
+            continue;
+        }
+        let frames: Vec<(&str, &str)> = lines
+            .filter_map(|l| l.trim().split_once(' '))
+            .map(|(ip, sym)| (ip, sym.trim()))
+            .collect();
+        let leaf = match frames.first() {
+            None => "[unknown]",
+            Some(&(first_ip, _)) => {
+                let same: Vec<&str> = frames
+                    .iter()
+                    .take_while(|(ip, _)| *ip == first_ip)
+                    .map(|&(_, sym)| sym)
+                    .collect();
+                let outer = same.iter().find(|s| !s.ends_with(" (inlined)"));
+                let sym = outer.or(same.last()).copied().unwrap_or("[unknown]");
+                sym.strip_suffix(" (inlined)").unwrap_or(sym)
+            }
+        };
+        *leaves.entry(normalize(leaf)).or_default() += 1;
+    }
+    leaves
+}
+
+/// Leaf symbol of every sample of a .frec, without inline expansion (as perf shows them).
+fn flamerec_leaves(path: &Path) -> BTreeMap<String, u64> {
+    let mut leaves = BTreeMap::new();
+    for (s, n) in fold(path, &["--no-inline"]) {
+        let leaf = if s.len() > 1 {
+            &s[s.len() - 1]
+        } else {
+            "[unknown]"
+        };
+        *leaves.entry(normalize(leaf)).or_default() += n;
+    }
+    leaves
+}
+
+/// One spelling for what both tools may spell differently: unsymbolized frames
+/// (`[unknown]` in perf, `module+0xOFFSET` in flamerec), Rust legacy hashes, and glibc's
+/// aliases of one address (`__GI___libc_write`, `__GI___write`, `__libc_write`, `write`).
+fn normalize(symbol: &str) -> String {
+    if symbol.contains("+0x") || symbol.is_empty() {
+        return "[unknown]".into();
+    }
+    let mut s = symbol;
+    if let Some((head, hash)) = s.rsplit_once("::h") {
+        if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            s = head;
+        }
+    }
+    loop {
+        let t = s
+            .trim_start_matches('_')
+            .trim_start_matches("GI_")
+            .trim_start_matches("libc_");
+        if t == s {
+            break;
+        }
+        s = t;
+    }
+    s.to_owned()
+}
+
+/// Total variation distance between two count distributions, with functions under
+/// [`RARE`] on both sides pooled into one bucket.
+fn tvd(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> f64 {
+    let (ta, tb) = (
+        a.values().sum::<u64>().max(1) as f64,
+        b.values().sum::<u64>().max(1) as f64,
+    );
+    let mut rare = (0.0, 0.0);
+    let mut distance = 0.0;
+    for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+        let p = a.get(key).copied().unwrap_or(0) as f64 / ta;
+        let q = b.get(key).copied().unwrap_or(0) as f64 / tb;
+        if p < RARE && q < RARE {
+            rare.0 += p;
+            rare.1 += q;
+        } else {
+            distance += (p - q).abs();
+        }
+    }
+    (distance + (rare.0 - rare.1).abs()) / 2.0
+}
+
+fn top(leaves: &BTreeMap<String, u64>) -> String {
+    let all = leaves.values().sum::<u64>().max(1) as f64;
+    let mut v: Vec<_> = leaves.iter().collect();
+    v.sort_by(|x, y| y.1.cmp(x.1));
+    v.iter()
+        .take(8)
+        .map(|(k, n)| format!("{k} {:.1}%", **n as f64 * 100.0 / all))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Records `sample` with perf and with flamerec, in each mode on the build meant for it
+/// (work × `scale`, for enough samples that noise stays well under [`MAX_TVD`]), and
+/// compares leaf-function distributions.
+fn check_agreement_with_perf(sample: Sample, scale: u64) {
+    for mode in [Mode::Fp, Mode::Dwarf] {
+        let what = format!("{sample} (-g {})", mode.arg());
+        let bin = sample_bin(sample, mode.build());
+        let args = sample.args(sample.default_work() * scale);
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let frec = dir.path().join("rec.frec");
+        if record(&frec, &what, &["-g", mode.arg()], &bin, &args).is_none() {
+            continue;
+        }
+        let data = dir.path().join("perf.data");
+        let call_graph: &[&str] = match mode {
+            Mode::Fp => &["-g"],
+            Mode::Dwarf => &["--call-graph", "dwarf"],
+        };
+        if perf_record(&data, call_graph, &bin, &args).is_none() {
+            return;
+        }
+        let ours = flamerec_leaves(&frec);
+        let theirs = perf_leaves(&data);
+        let d = tvd(&ours, &theirs);
+        assert!(
+            d <= MAX_TVD,
+            "{what}: leaf distributions differ by {d:.3} > {MAX_TVD} (total variation)\n  \
+             flamerec ({}): {}\n  perf:     {}",
+            losses(&frec),
+            top(&ours),
+            top(&theirs)
+        );
+        eprintln!("{what}: total variation distance to perf {d:.3}");
+    }
+}
+
+#[test]
+fn cpu_mix_leaves_agree_with_perf() {
+    check_agreement_with_perf(Sample::CpuMix, 3);
+}
+
+#[test]
+fn syscall_loop_leaves_agree_with_perf() {
+    // Some 15 kernel and libc leaves of 1–3% each: noise alone gives a distance of ≈ 0.03
+    // at 3,000 samples, ≈ 0.02 at 6,000.
+    check_agreement_with_perf(Sample::SyscallLoop, 6);
+}
+
+#[test]
+fn threads_leaves_agree_with_perf() {
+    check_agreement_with_perf(Sample::Threads, 3);
+}
+
+#[test]
+fn proc_tree_leaves_agree_with_perf() {
+    check_agreement_with_perf(Sample::ProcTree, 3);
+}
+
+#[test]
+fn inline_heavy_leaves_agree_with_perf() {
+    check_agreement_with_perf(Sample::InlineHeavy, 3);
+}
+
+// ---- the comparison's own parts ----
+
+#[test]
+fn perf_script_blocks_give_their_first_callchain_line() {
+    let text = "cpu-mix 10/10 \n\t  13bce cpu_mix_alpha\n\t  13f6d cpu_mix_run\n\n\
+                cpu-mix 10/10 \n\tffffffff821db9d2 strchr\n\t  fd104 __read_nocancel\n\n\
+                cpu-mix 10/10 \n\t  0 [unknown]\n\n\
+                x 1/1 \n\t 3fcde <std::fs::File as std::io::Write>::write\n\n\
+                y 2/2 \n\t 1a00 inline_heavy::inline_heavy_alpha (inlined)\n\t 1a00 inline_heavy_run\n\n\
+                z 3/3 \n\t f82ad __GI___libc_read (inlined)\n\t 3fbdd <File>::read (inlined)\n";
+    let leaves = parse_perf_script_leaves(text);
+    let want: BTreeMap<String, u64> = [
+        ("cpu_mix_alpha", 1),
+        ("strchr", 1),
+        ("[unknown]", 1),
+        ("<std::fs::File as std::io::Write>::write", 1),
+        ("inline_heavy_run", 1),
+        ("read", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(leaves, want);
+}
+
+#[test]
+fn aliases_and_unsymbolized_frames_compare_equal() {
+    assert_eq!(normalize("__GI___libc_write"), normalize("__GI___write"));
+    assert_eq!(normalize("__libc_read"), normalize("read"));
+    assert_eq!(normalize("libc.so.6+0x1234"), "[unknown]");
+    assert_eq!(
+        normalize("core::fmt::write::h0123456789abcdef"),
+        "core::fmt::write"
+    );
+    assert_ne!(normalize("cpu_mix_alpha"), normalize("cpu_mix_beta"));
+}
+
+#[test]
+fn total_variation_distance_pools_rare_functions() {
+    let m = |v: &[(&str, u64)]| -> BTreeMap<String, u64> {
+        v.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+    };
+    let a = m(&[("x", 50), ("y", 50)]);
+    assert_eq!(tvd(&a, &a), 0.0);
+    assert!((tvd(&a, &m(&[("x", 100)])) - 0.5).abs() < 1e-12);
+    assert!((tvd(&m(&[("x", 1)]), &m(&[("y", 1)])) - 1.0).abs() < 1e-12);
+    // Two different functions under 1% each count as the same "rare" bucket.
+    let b = m(&[("x", 990), ("r1", 5), ("r2", 5)]);
+    let c = m(&[("x", 990), ("r3", 5), ("r4", 5)]);
+    assert!(tvd(&b, &c) < 1e-12);
+}
