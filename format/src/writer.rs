@@ -224,7 +224,11 @@ impl<W: Write> Writer<W> {
         // Chunks are small (about a second of samples): the strongest level
         // costs a few milliseconds there. Large chunks get a faster level so
         // the recorder never falls behind its ring buffers.
-        let level = if chunk.len() <= 256 << 10 { self.level } else { 9 };
+        let level = if chunk.len() <= 256 << 10 {
+            self.level
+        } else {
+            9
+        };
         let compressed = zstd::bulk::compress(&chunk, level)?;
         let mut header = [0u8; 16];
         header[0..4].copy_from_slice(&CHUNK_MAGIC);
