@@ -66,10 +66,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             m.command.join(" ")
         }
     );
-    println!(
-        "event:      {} at {} Hz, call graph {}",
-        m.event, m.frequency_hz, m.call_graph
-    );
+let rate = match m.frequency_hz {
+        0 => "on every context switch".to_string(),
+        hz => format!("at {hz} Hz"),
+    };
+    println!("event:      {} {rate}, call graph {}", m.event, m.call_graph);
     println!("duration:   {:.2} s", s.duration_s);
     println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
     if m.call_graph == "dwarf" {
