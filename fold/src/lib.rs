@@ -1,5 +1,6 @@
-//! Folding: `.frec` recording → symbolized, aggregated [`Profile`] → folded
-//! text, SVG flamegraph and JSON summary.
+//! Folding: `.frec` recording (or `perf.data`, imported into one) →
+//! symbolized, aggregated [`Profile`] → folded text, SVG flamegraph and JSON
+//! summary.
 //!
 //! [`fold_recording`] streams the file once, summing sample weights per
 //! (root frame, stack) without keeping samples, then symbolizes only the
@@ -8,9 +9,12 @@
 //! and prints [`Profile::damage`] and [`Profile::warnings`].
 //!
 //! Modules: `aggregate` (event stream, thread names, filters), `symbolize`
-//! (ELF and kernel symbols), `profile` (stacks and function totals), `names`
-//! (spelling rules of folded text), `output` (writers). This crate never
-//! depends on the recorder and never calls into Linux beyond reading files.
+//! (symbol tables, DWARF inlined frames, separate debug files, the on-disk
+//! symbol cache, JIT maps, kernel symbols), `perfdata` (perf.data import),
+//! `profile` (stacks and function totals), `names` (spelling rules of folded
+//! text), `output` (writers). This crate never depends on the recorder and
+//! never calls into Linux beyond reading files (`/proc/kallsyms` for
+//! perf.data input).
 #![forbid(unsafe_code)]
 
 mod aggregate;

@@ -3,6 +3,7 @@
 //! real ELF on disk) and whose kernel frames use embedded kernel symbols.
 
 mod dwarf;
+mod golden;
 mod perfdata;
 mod support;
 

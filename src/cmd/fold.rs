@@ -59,23 +59,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let opts = FoldOptions {
-        per_process: a.per_process,
-        per_thread: a.per_thread,
-        pids: a.pid.clone(),
-        tids: a.tid.clone(),
-        comms: a.comm.clone(),
-        kernel_suffix: a.kernel_suffix,
-        inline: !a.no_inline,
-        jobs: a.jobs.map(usize::from),
-        cache_dir: match (&a.cache_dir, a.no_cache) {
-            (_, true) => None,
-            (Some(dir), false) => Some(dir.clone()),
-            // Without $HOME, no cache rather than one in a surprising place.
-            (None, false) => flamerec_fold::default_cache_dir(),
-        },
-        ..FoldOptions::default()
-    };
+    let opts = options(&a);
     let profile = fold(&a.input, &opts)?;
     if let Some(svg) = &a.svg {
         write_to(svg, |w| {
@@ -97,6 +81,27 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The library's options for these arguments.
+fn options(a: &Args) -> FoldOptions {
+    FoldOptions {
+        per_process: a.per_process,
+        per_thread: a.per_thread,
+        pids: a.pid.clone(),
+        tids: a.tid.clone(),
+        comms: a.comm.clone(),
+        kernel_suffix: a.kernel_suffix,
+        inline: !a.no_inline,
+        jobs: a.jobs.map(usize::from),
+        cache_dir: match (&a.cache_dir, a.no_cache) {
+            (_, true) => None,
+            (Some(dir), false) => Some(dir.clone()),
+            // Without $HOME, no cache rather than one in a surprising place.
+            (None, false) => flamerec_fold::default_cache_dir(),
+        },
+        ..FoldOptions::default()
+    }
 }
 
 /// Folds with warnings shown on stderr.
@@ -130,4 +135,40 @@ pub fn write_svg_of(input: &Path, svg: &Path, title: Option<&str>) -> anyhow::Re
     };
     let profile = fold(input, &opts)?;
     write_to(svg, |w| flamerec_fold::write_svg(&profile, title, w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Result<FoldOptions, clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("fold").chain(argv.iter().copied()))?;
+        Ok(options(&cli.args))
+    }
+
+    #[test]
+    fn cache_flags_choose_the_directory() {
+        let o = parse(&["--cache-dir", "/x/c", "in.frec"]).expect("parse");
+        assert_eq!(o.cache_dir, Some(PathBuf::from("/x/c")));
+        let o = parse(&["--no-cache", "in.frec"]).expect("parse");
+        assert_eq!(o.cache_dir, None);
+        let o = parse(&["in.frec"]).expect("parse");
+        assert_eq!(o.cache_dir, flamerec_fold::default_cache_dir());
+        assert!(parse(&["--no-cache", "--cache-dir", "/x", "in.frec"]).is_err());
+    }
+
+    #[test]
+    fn no_inline_and_jobs_reach_the_options() {
+        let o = parse(&["--no-inline", "-j", "2", "in.frec"]).expect("parse");
+        assert!(!o.inline);
+        assert_eq!(o.jobs, Some(2));
+        assert!(parse(&["-j", "0", "in.frec"]).is_err());
+    }
 }

@@ -6,7 +6,8 @@
 //! `[kernel.kallsyms]+0xADDR`.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
+use std::ops::Range;
 use std::path::Path;
 
 use flamerec_format::KernelSymbol;
@@ -14,42 +15,42 @@ use flamerec_format::KernelSymbol;
 /// `/proc/kallsyms` is a few MiB; anything far bigger is not kallsyms.
 const MAX_BYTES: u64 = 256 << 20;
 
-/// Text symbols sorted by address.
+/// Text symbols sorted by address, as ranges into the file's bytes (names
+/// become strings only for the few symbols a recording needs).
 #[derive(Debug, Default)]
 pub(crate) struct Kallsyms {
-    syms: Vec<(u64, String, String)>,
+    text: Vec<u8>,
+    /// (address, name range, module range).
+    syms: Vec<(u64, Range<usize>, Range<usize>)>,
 }
 
 impl Kallsyms {
     /// Reads `path`; an unreadable file gives an empty table.
     pub(crate) fn load(path: &Path) -> Self {
-        match File::open(path) {
-            Ok(f) => Self::parse(BufReader::new(f.take(MAX_BYTES))),
+        let mut text = Vec::new();
+        match File::open(path).and_then(|f| f.take(MAX_BYTES).read_to_end(&mut text)) {
+            Ok(_) => Self::parse(text),
             Err(_) => Kallsyms::default(),
         }
     }
 
-    fn parse<R: BufRead>(input: R) -> Self {
-        let mut syms: Vec<(u64, String, String)> = input
-            .split(b'\n')
-            .map_while(Result::ok)
-            .filter_map(|line| {
-                let line = String::from_utf8_lossy(&line);
-                let mut parts = line.split_whitespace();
-                let addr = u64::from_str_radix(parts.next()?, 16).ok()?;
-                let kind = parts.next()?;
-                let name = parts.next()?;
-                let module = parts
-                    .next()
-                    .and_then(|m| m.strip_prefix('[')?.strip_suffix(']'))
-                    .unwrap_or_default();
-                let text = matches!(kind, "t" | "T" | "w" | "W");
-                (text && addr != 0).then(|| (addr, name.to_string(), module.to_string()))
-            })
-            .collect();
+    fn parse(text: Vec<u8>) -> Self {
+        let mut syms = Vec::new();
+        let mut at = 0;
+        for line in text.split(|&b| b == b'\n') {
+            let start = at;
+            at += line.len() + 1;
+            if let Some(sym) = parse_line(line, start) {
+                syms.push(sym);
+            }
+        }
         syms.sort_by_key(|s| s.0);
         syms.dedup_by_key(|s| s.0);
-        Kallsyms { syms }
+        Kallsyms { text, syms }
+    }
+
+    fn str(&self, r: &Range<usize>) -> String {
+        String::from_utf8_lossy(self.text.get(r.clone()).unwrap_or_default()).into_owned()
     }
 
     /// The symbols covering `addrs`, each once, sized up to the next symbol.
@@ -67,12 +68,44 @@ impl Kallsyms {
                 Some(KernelSymbol {
                     start: *start,
                     size,
-                    name: name.clone(),
-                    module: module.clone(),
+                    name: self.str(name),
+                    module: self.str(module),
                 })
             })
             .collect()
     }
+}
+
+/// `ADDR TYPE NAME [\t[MODULE]]` at byte `base` of the file: text symbols only.
+fn parse_line(line: &[u8], base: usize) -> Option<(u64, Range<usize>, Range<usize>)> {
+    let mut fields = Vec::with_capacity(4);
+    let mut i = 0;
+    while i < line.len() && fields.len() < 4 {
+        while i < line.len() && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let s = i;
+        while i < line.len() && !line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if s < i {
+            fields.push(s..i);
+        }
+    }
+    let field = |k: usize| fields.get(k).and_then(|r| line.get(r.clone()));
+    let addr = u64::from_str_radix(std::str::from_utf8(field(0)?).ok()?, 16).ok()?;
+    if addr == 0 || !matches!(field(1)?, b"t" | b"T" | b"w" | b"W") {
+        return None;
+    }
+    let name = fields.get(2)?.clone();
+    let module = match (fields.get(3), field(3)) {
+        (Some(r), Some(m)) if m.len() >= 2 && m[0] == b'[' && m[m.len() - 1] == b']' => {
+            r.start + 1..r.end - 1
+        }
+        _ => 0..0,
+    };
+    let shift = |r: Range<usize>| r.start + base..r.end + base;
+    Some((addr, shift(name), shift(module)))
 }
 
 #[cfg(test)]
@@ -87,7 +120,7 @@ mod tests {
                     ffffffffc0001000 t ext4_read\t[ext4]\n\
                     0000000000000000 T hidden\n\
                     bogus\n";
-        let k = Kallsyms::parse(text.as_bytes());
+        let k = Kallsyms::parse(text.as_bytes().to_vec());
         assert_eq!(k.syms.len(), 3);
         let got = k.covering(&[
             0xffff_ffff_8100_0150,

@@ -1,40 +1,54 @@
 //! The on-disk symbol cache: one file per binary, keyed by its GNU build id,
-//! holding its [`SymbolData`] (segments + SymCache). Folding a second
-//! recording of the same binaries then reads these files instead of parsing
-//! DWARF, and still works after the binary was upgraded or deleted.
+//! holding the names of every address of that binary that some fold looked
+//! up (outermost function first, inlined ones after). A fold whose addresses
+//! are all in the cache reads neither the binary nor its DWARF, and still
+//! works after the binary was upgraded or deleted; new addresses are looked
+//! up in the binary (parsing only the DWARF units they need) and added.
 //!
-//! # Layout of `DIR/symbols-v1/<build id hex>.sym` (little-endian)
+//! # Layout of `DIR/symbols-v2/<build id hex>.sym` (little-endian)
 //!
 //! ```text
-//! magic     "FRSYMC\0\x01"              8 bytes
+//! magic     "FRSYMC\0\x02"                 8 bytes
 //! crc       u32: CRC-32 of everything after this field
-//! symcache  u32: SymCache format version it was written with
-//! flags     u32: bit 0 = built with DWARF
-//! load      u64: load address the SymCache is relative to
+//! flags     u32: bit 0 = names came with DWARF, bit 1 = DWARF not looked for
 //! build id  u32 length + bytes (must equal the key)
-//! segments  u32 count + count × (offset u64, filesz u64, vaddr u64)
-//! cache     u64 length + SymCache bytes (exactly the rest of the file)
+//! strings   u32 count + count × (u32 length + UTF-8 bytes)
+//! entries   u32 count + count × (file offset u64, u32 n,
+//!                                n × (u32 string index, u32 language))
 //! ```
 //!
 //! Files are written to a temporary file in the same directory and renamed
 //! into place, so readers never see half a file. A file that fails any check
-//! (magic, CRC, lengths, build id, SymCache version or parse) is ignored and
-//! rebuilt; nothing in it is used before the CRC has been checked. (No
-//! fsync: after a crash a file may be empty or stale, which the checks catch.)
+//! (magic, CRC, lengths, counts, indices, build id) is ignored and rebuilt;
+//! nothing in it is used before the CRC has been checked. (No fsync: after a
+//! crash a file may be empty or stale, which the checks catch.)
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::elf::{hex, Segment};
-use super::symdata::SymbolData;
+use super::elf::hex;
+use super::symdata::RawName;
 
-const MAGIC: &[u8; 8] = b"FRSYMC\0\x01";
-const SUBDIR: &str = "symbols-v1";
+const MAGIC: &[u8; 8] = b"FRSYMC\0\x02";
+const SUBDIR: &str = "symbols-v2";
 const FLAG_DWARF: u32 = 1;
-/// Cache files bigger than this are not read (a SymCache of a huge binary
-/// stays well below).
-const MAX_FILE: u64 = 1 << 32;
+const FLAG_DWARF_SKIPPED: u32 = 2;
+/// Cache files bigger than this are not read.
+const MAX_FILE: u64 = 1 << 31;
+
+/// The known names of one binary's addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct AddressTable {
+    /// Names came from DWARF (inlined frames included).
+    pub has_dwarf: bool,
+    /// DWARF was not looked for (a `--no-inline` fold made the table), so
+    /// the binary may have more to say than the table.
+    pub dwarf_skipped: bool,
+    /// Per file offset, the functions there, outermost first (empty: none).
+    pub entries: HashMap<u64, Vec<RawName>>,
+}
 
 /// A cache directory.
 #[derive(Debug, Clone)]
@@ -52,8 +66,8 @@ impl SymbolCache {
         self.dir.join(SUBDIR).join(format!("{}.sym", hex(build_id)))
     }
 
-    /// The cached symbol data of the binary with `build_id`, if a valid entry exists.
-    pub(crate) fn load(&self, build_id: &[u8]) -> Option<SymbolData> {
+    /// The cached table of the binary with `build_id`, if a valid one exists.
+    pub(crate) fn load(&self, build_id: &[u8]) -> Option<AddressTable> {
         if build_id.is_empty() {
             return None;
         }
@@ -62,14 +76,11 @@ impl SymbolCache {
         if !meta.is_file() || meta.len() > MAX_FILE {
             return None;
         }
-        let bytes = fs::read(&path).ok()?;
-        let data = decode(&bytes, build_id)?;
-        data.view()?;
-        Some(data)
+        decode(&fs::read(&path).ok()?, build_id)
     }
 
-    /// Stores `data` for `build_id`, atomically (temporary file + rename).
-    pub(crate) fn store(&self, build_id: &[u8], data: &SymbolData) -> io::Result<()> {
+    /// Stores `table` for `build_id`, atomically (temporary file + rename).
+    pub(crate) fn store(&self, build_id: &[u8], table: &AddressTable) -> io::Result<()> {
         if build_id.is_empty() {
             return Ok(());
         }
@@ -80,29 +91,54 @@ impl SymbolCache {
             .prefix(".tmp-")
             .suffix(".sym")
             .tempfile_in(dir)?;
-        tmp.write_all(&encode(build_id, data))?;
+        tmp.write_all(&encode(build_id, table))?;
         tmp.persist(&path).map_err(|e| e.error)?;
         Ok(())
     }
 }
 
-fn encode(build_id: &[u8], data: &SymbolData) -> Vec<u8> {
-    let mut body = Vec::with_capacity(data.symcache.len() + 64);
-    body.extend_from_slice(&symbolic_symcache::SYMCACHE_VERSION.to_le_bytes());
-    let flags = if data.has_dwarf { FLAG_DWARF } else { 0 };
-    body.extend_from_slice(&flags.to_le_bytes());
-    body.extend_from_slice(&data.load_address.to_le_bytes());
-    body.extend_from_slice(&(build_id.len() as u32).to_le_bytes());
-    body.extend_from_slice(build_id);
-    body.extend_from_slice(&(data.segments.len() as u32).to_le_bytes());
-    for s in &data.segments {
-        for v in [s.offset, s.filesz, s.vaddr] {
-            body.extend_from_slice(&v.to_le_bytes());
+fn put_u32(out: &mut Vec<u8>, v: usize) {
+    out.extend_from_slice(&(v as u32).to_le_bytes());
+}
+
+fn encode(build_id: &[u8], table: &AddressTable) -> Vec<u8> {
+    let mut strings: Vec<&str> = Vec::new();
+    let mut ids: HashMap<&str, usize> = HashMap::new();
+    let mut entries: Vec<(&u64, &Vec<RawName>)> = table.entries.iter().collect();
+    entries.sort_unstable_by_key(|(off, _)| **off);
+    for (_, names) in &entries {
+        for n in names.iter() {
+            ids.entry(n.name.as_str()).or_insert_with(|| {
+                strings.push(n.name.as_str());
+                strings.len() - 1
+            });
         }
     }
-    body.extend_from_slice(&(data.symcache.len() as u64).to_le_bytes());
-    body.extend_from_slice(&data.symcache);
-
+    let mut body = Vec::new();
+    let mut flags = 0;
+    if table.has_dwarf {
+        flags |= FLAG_DWARF;
+    }
+    if table.dwarf_skipped {
+        flags |= FLAG_DWARF_SKIPPED;
+    }
+    put_u32(&mut body, flags as usize);
+    put_u32(&mut body, build_id.len());
+    body.extend_from_slice(build_id);
+    put_u32(&mut body, strings.len());
+    for s in &strings {
+        put_u32(&mut body, s.len());
+        body.extend_from_slice(s.as_bytes());
+    }
+    put_u32(&mut body, entries.len());
+    for (off, names) in entries {
+        body.extend_from_slice(&off.to_le_bytes());
+        put_u32(&mut body, names.len());
+        for n in names {
+            put_u32(&mut body, ids.get(n.name.as_str()).copied().unwrap_or(0));
+            put_u32(&mut body, n.language as usize);
+        }
+    }
     let mut out = Vec::with_capacity(body.len() + 12);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
@@ -128,9 +164,14 @@ impl<'a> Cursor<'a> {
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
+    /// A count of items of at least `min` bytes each that the rest can hold.
+    fn count(&mut self, min: usize) -> Option<usize> {
+        let n = self.u32()? as usize;
+        (n <= self.0.len() / min).then_some(n)
+    }
 }
 
-fn decode(bytes: &[u8], build_id: &[u8]) -> Option<SymbolData> {
+fn decode(bytes: &[u8], build_id: &[u8]) -> Option<AddressTable> {
     let mut c = Cursor(bytes);
     if c.take(MAGIC.len())? != MAGIC {
         return None;
@@ -139,43 +180,41 @@ fn decode(bytes: &[u8], build_id: &[u8]) -> Option<SymbolData> {
     if crc32fast::hash(c.0) != crc {
         return None;
     }
-    if c.u32()? != symbolic_symcache::SYMCACHE_VERSION {
-        return None;
-    }
     let flags = c.u32()?;
-    let load_address = c.u64()?;
     let id_len = c.u32()? as usize;
     if c.take(id_len)? != build_id {
         return None;
     }
-    let n = c.u32()? as usize;
-    // Each segment is 24 bytes: refuse counts the rest cannot hold.
-    if n > c.0.len() / 24 {
-        return None;
-    }
-    let mut segments = Vec::with_capacity(n);
+    let n = c.count(4)?;
+    let mut strings = Vec::with_capacity(n);
     for _ in 0..n {
-        segments.push(Segment {
-            offset: c.u64()?,
-            filesz: c.u64()?,
-            vaddr: c.u64()?,
-        });
+        let len = c.u32()? as usize;
+        strings.push(std::str::from_utf8(c.take(len)?).ok()?);
     }
-    let len = usize::try_from(c.u64()?).ok()?;
-    if len != c.0.len() {
-        return None;
+    let n = c.count(12)?;
+    let mut entries = HashMap::with_capacity(n);
+    for _ in 0..n {
+        let off = c.u64()?;
+        let k = c.count(8)?;
+        let mut names = Vec::with_capacity(k);
+        for _ in 0..k {
+            let name = strings.get(c.u32()? as usize)?;
+            names.push(RawName {
+                name: (*name).to_string(),
+                language: c.u32()?,
+            });
+        }
+        entries.insert(off, names);
     }
-    Some(SymbolData {
-        segments,
-        load_address,
+    c.0.is_empty().then_some(AddressTable {
         has_dwarf: flags & FLAG_DWARF != 0,
-        // Own allocation: SymCache wants its bytes 8-byte aligned.
-        symcache: c.0.to_vec(),
+        dwarf_skipped: flags & FLAG_DWARF_SKIPPED != 0,
+        entries,
     })
 }
 
 /// The default cache directory, `$HOME/.cache/flamerec`; `None` without `$HOME`.
-pub fn default_dir() -> Option<PathBuf> {
+pub(crate) fn default_dir() -> Option<PathBuf> {
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
     Some(Path::new(&home).join(".cache").join("flamerec"))
 }
@@ -184,25 +223,34 @@ pub fn default_dir() -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    fn sample() -> SymbolData {
-        let exe = std::env::current_exe().expect("exe");
-        let bin = fs::read(exe).expect("read exe");
-        SymbolData::build(&bin, None).expect("symbol data of the test binary")
+    fn sample() -> AddressTable {
+        let name = |n: &str, l| RawName {
+            name: n.to_string(),
+            language: l,
+        };
+        let mut entries = HashMap::new();
+        entries.insert(0x10, vec![name("outer", 2), name("inner", 2)]);
+        entries.insert(0x20, vec![name("outer", 2)]);
+        entries.insert(0x30, Vec::new());
+        entries.insert(u64::MAX, vec![name("_ZN3foo3barE", 0)]);
+        AddressTable {
+            has_dwarf: true,
+            dwarf_skipped: false,
+            entries,
+        }
     }
 
     #[test]
     fn round_trip_and_every_corruption_is_refused() {
-        let data = sample();
+        let table = sample();
         let id = [1u8, 2, 3, 4];
-        let bytes = encode(&id, &data);
-        assert_eq!(decode(&bytes, &id).as_ref(), Some(&data));
+        let bytes = encode(&id, &table);
+        assert_eq!(decode(&bytes, &id).as_ref(), Some(&table));
         assert!(decode(&bytes, &[1, 2, 3, 5]).is_none(), "other build id");
-        for cut in [0, 7, 8, 12, 40, bytes.len() - 1] {
+        for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut], &id).is_none(), "cut at {cut}");
         }
-        // Flip bytes all over the header and some in the SymCache.
-        let step = (bytes.len() / 500).max(1);
-        for pos in (0..64).chain((64..bytes.len()).step_by(step)) {
+        for pos in 0..bytes.len() {
             let mut m = bytes.clone();
             m[pos] ^= 0x40;
             assert!(decode(&m, &id).is_none(), "flip at {pos}");
@@ -213,11 +261,11 @@ mod tests {
     fn store_then_load_and_ignore_a_corrupt_file() {
         let dir = tempfile::tempdir().expect("dir");
         let cache = SymbolCache::new(dir.path().to_path_buf());
-        let data = sample();
+        let table = sample();
         let id = [0xab, 0xcd];
         assert!(cache.load(&id).is_none());
-        cache.store(&id, &data).expect("store");
-        assert_eq!(cache.load(&id).as_ref(), Some(&data));
+        cache.store(&id, &table).expect("store");
+        assert_eq!(cache.load(&id).as_ref(), Some(&table));
         let path = cache.path(&id);
         let mut bytes = fs::read(&path).expect("read");
         let last = bytes.len() - 1;

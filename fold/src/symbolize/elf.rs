@@ -5,11 +5,13 @@
 use std::fmt;
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use goblin::container::Ctx;
-use goblin::elf::header::{ET_DYN, ET_EXEC};
-use goblin::elf::program_header::{ProgramHeader, PT_LOAD};
+use goblin::elf::header::{Header, ET_DYN, ET_EXEC};
+use goblin::elf::program_header::{ProgramHeader, PT_DYNAMIC, PT_INTERP, PT_LOAD, PT_NOTE};
+use goblin::elf::section_header::{SectionHeader, SHT_NOBITS, SHT_NULL, SHT_PROGBITS};
 use goblin::elf::Elf;
 use symbolic_debuginfo::elf::ElfObject;
 
@@ -51,12 +53,112 @@ pub(crate) fn read_elf(path: &Path) -> Result<Vec<u8>, Unusable> {
     if header.e_type != ET_EXEC && header.e_type != ET_DYN {
         return Err(Unusable::NotElf);
     }
+    if let Some(data) = read_sparse(&file, meta.len(), &header) {
+        return Ok(data);
+    }
     let mut data = Vec::new();
     data.extend_from_slice(&head);
     file.take(meta.len().saturating_sub(head.len() as u64))
         .read_to_end(&mut data)
         .map_err(|_| Unusable::Missing)?;
     Ok(data)
+}
+
+/// Reads only what symbolization looks at — headers, symbol and string
+/// tables, notes, dynamic and relocation sections, DWARF and debug links —
+/// into a zero-filled buffer the size of the file. Code and data sections,
+/// most of a big binary, are never read, and their pages never touched.
+/// `None` when the layout is unusual; the caller then reads everything.
+fn read_sparse(file: &File, len: u64, header: &Header) -> Option<Vec<u8>> {
+    let ctx = Ctx::new(header.container().ok()?, header.endianness().ok()?);
+    if header.e_shnum == 0 {
+        return None;
+    }
+    let mut data = vec![0u8; usize::try_from(len).ok()?];
+    let fill = |data: &mut [u8], off: u64, size: u64| -> Option<()> {
+        let end = off.checked_add(size).filter(|&e| e <= len)?;
+        let range = usize::try_from(off).ok()?..usize::try_from(end).ok()?;
+        file.read_exact_at(data.get_mut(range)?, off).ok()
+    };
+    let phsize = u64::from(header.e_phnum) * u64::from(header.e_phentsize);
+    let shsize = u64::from(header.e_shnum) * u64::from(header.e_shentsize);
+    fill(&mut data, 0, header.e_ehsize.into())?;
+    fill(&mut data, header.e_phoff, phsize)?;
+    fill(&mut data, header.e_shoff, shsize)?;
+    let sections = SectionHeader::parse(
+        &data,
+        usize::try_from(header.e_shoff).ok()?,
+        header.e_shnum.into(),
+        ctx,
+    )
+    .ok()?;
+    let phdrs = ProgramHeader::parse(
+        &data,
+        usize::try_from(header.e_phoff).ok()?,
+        header.e_phnum.into(),
+        ctx,
+    )
+    .ok()?;
+    let names = sections.get(usize::from(header.e_shstrndx))?;
+    fill(&mut data, names.sh_offset, names.sh_size)?;
+    let mut wanted: Vec<(u64, u64)> = phdrs
+        .iter()
+        .filter(|p| matches!(p.p_type, PT_NOTE | PT_DYNAMIC | PT_INTERP))
+        .map(|p| (p.p_offset, p.p_filesz))
+        .collect();
+    for sh in &sections {
+        let keep = match sh.sh_type {
+            SHT_NOBITS | SHT_NULL => false,
+            SHT_PROGBITS => {
+                let at = names
+                    .sh_offset
+                    .checked_add(u64::try_from(sh.sh_name).ok()?)?;
+                wanted_progbits(section_name(&data, at))
+            }
+            _ => true,
+        };
+        if keep {
+            wanted.push((sh.sh_offset, sh.sh_size));
+        }
+    }
+    for (off, size) in wanted {
+        fill(&mut data, off, size)?;
+    }
+    Some(data)
+}
+
+/// The program-data sections symbolization reads: debug links and the DWARF
+/// sections `addr2line` uses (not location lists, macros, types, frames).
+fn wanted_progbits(name: &[u8]) -> bool {
+    const DWARF: [&str; 10] = [
+        "abbrev",
+        "addr",
+        "aranges",
+        "info",
+        "line",
+        "line_str",
+        "ranges",
+        "rnglists",
+        "str",
+        "str_offsets",
+    ];
+    if name == b".gnu_debuglink" || name == b".gnu_debugaltlink" {
+        return true;
+    }
+    let rest = name
+        .strip_prefix(b".debug_")
+        .or_else(|| name.strip_prefix(b".zdebug_"));
+    rest.is_some_and(|r| DWARF.iter().any(|d| r == d.as_bytes()))
+}
+
+/// The NUL-terminated name at `at` (empty when out of bounds).
+fn section_name(data: &[u8], at: u64) -> &[u8] {
+    let rest = usize::try_from(at)
+        .ok()
+        .and_then(|a| data.get(a..))
+        .unwrap_or_default();
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    &rest[..end]
 }
 
 /// A loadable segment: file range and where it lands in the ELF's address space.
@@ -110,11 +212,12 @@ pub(crate) fn load_segments(data: &[u8]) -> Option<Vec<Segment>> {
 
 /// Bytes of a hex string (a build id as symbolic prints it).
 pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok())
+    s.as_bytes()
+        .chunks(2)
+        .map(|pair| match pair {
+            [hi, lo] => u8::from_str_radix(std::str::from_utf8(&[*hi, *lo]).ok()?, 16).ok(),
+            _ => None,
+        })
         .collect()
 }
 
@@ -179,5 +282,28 @@ mod tests {
         assert!(build_id_matches(&obj, &[]));
         assert!(!build_id_matches(&obj, &[0xde, 0xad]));
         assert!(load_segments(&data).is_some_and(|s| !s.is_empty()));
+    }
+
+    #[test]
+    fn sparse_read_keeps_what_symbolization_needs() {
+        let Ok(exe) = std::env::current_exe() else {
+            return;
+        };
+        let full = std::fs::read(&exe).expect("read");
+        let sparse = read_elf(&exe).expect("read_elf");
+        assert_eq!(full.len(), sparse.len());
+        assert_ne!(full, sparse, "code sections are skipped");
+        let (a, b) = (
+            ElfObject::parse(&full).expect("full"),
+            ElfObject::parse(&sparse).expect("sparse"),
+        );
+        assert_eq!(a.code_id(), b.code_id());
+        assert_eq!(a.symbol_map().len(), b.symbol_map().len());
+        assert_eq!(a.has_debug_info(), b.has_debug_info());
+        assert_eq!(
+            a.debug_link().ok().flatten().map(|l| l.crc()),
+            b.debug_link().ok().flatten().map(|l| l.crc())
+        );
+        assert_eq!(load_segments(&full), load_segments(&sparse));
     }
 }

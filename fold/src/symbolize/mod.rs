@@ -8,9 +8,9 @@
 //! function holding the code, then the functions DWARF says were inlined
 //! into it at that address.
 //!
-//! Per binary: the on-disk cache (by build id) first; else the file, checked
-//! against the recorded build id, with its DWARF taken from a separate debug
-//! file when it has none itself; then a SymCache is built and cached.
+//! Per binary: the on-disk cache (by build id) first; addresses it lacks are
+//! looked up in the file (checked against the recorded build id, with DWARF
+//! from a separate debug file when it has none itself) and cached (`files`).
 //!
 //! This module never drops a frame: whatever cannot be named becomes
 //! `module+0xOFFSET`. It must not know about samples, roots or output formats.
@@ -18,17 +18,18 @@
 mod cache;
 mod debugfile;
 mod elf;
+mod files;
 mod jit;
 mod kernel;
 mod symdata;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use flamerec_format::{FrameId, Module, ModuleId, ModuleKind, Tables};
+use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
 use rayon::prelude::*;
-use symbolic_debuginfo::elf::ElfObject;
 
 use crate::names::{basename, sanitize, unresolved};
 pub(crate) use cache::default_dir as default_cache_dir;
@@ -37,10 +38,6 @@ pub(crate) use debugfile::DEFAULT_DEBUG_DIR;
 use elf::Unusable;
 use jit::JitMaps;
 use kernel::KernelTable;
-use symdata::{RawName, SymView, SymbolData};
-
-/// Addresses per parallel work item inside one module.
-const CHUNK: usize = 4096;
 
 /// Index into [`Symbols::functions`].
 pub(crate) type FuncId = u32;
@@ -87,7 +84,10 @@ pub(crate) struct Symbols {
 struct ModuleOutcome {
     functions: Vec<Function>,
     frames: Vec<(FrameId, Vec<u32>)>,
+    /// Why some frames could not be named from the binary, if so.
     unusable: Option<Unusable>,
+    /// How many frames that left unnamed.
+    bad_frames: usize,
 }
 
 /// Symbolizes `used` (distinct frame ids) against `tables`.
@@ -114,13 +114,32 @@ pub(crate) fn symbolize(tables: &Tables, used: &[FrameId], opts: &NameOptions) -
         cache_error: Mutex::new(None),
         opts,
     };
-    let outcomes: Vec<ModuleOutcome> = groups
+    // Biggest binaries first, each worker taking the next one when done: a
+    // huge debug file started last would otherwise be the whole wait.
+    let mut order: Vec<(u64, usize)> = groups
         .par_iter()
-        .map(|(module, frames)| symbolize_module(tables, *module, frames, &ctx))
+        .enumerate()
+        .map(|(i, (m, _))| (estimated_cost(tables, *m, &opts.debug_dirs), i))
         .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, ModuleOutcome)> = (0..rayon::current_num_threads())
+        .into_par_iter()
+        .flat_map_iter(|_| {
+            let mut mine = Vec::new();
+            while let Some(&(_, i)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                if let Some((module, frames)) = groups.get(i) {
+                    mine.push((i, symbolize_module(tables, *module, frames, &ctx)));
+                }
+            }
+            mine
+        })
+        .collect();
+    done.sort_unstable_by_key(|(i, _)| *i);
+    let outcomes: Vec<ModuleOutcome> = done.into_iter().map(|(_, o)| o).collect();
 
     let cache_error = ctx.cache_error.into_inner().ok().flatten();
-    let mut out = merge(tables, groups, outcomes);
+    let mut out = merge(tables, outcomes);
     if let Some(e) = cache_error {
         out.warnings.push(e);
     }
@@ -137,6 +156,23 @@ struct Context<'t> {
     opts: &'t NameOptions,
 }
 
+/// Bytes a module's symbolization may read: its file and build-id debug file.
+fn estimated_cost(tables: &Tables, module: ModuleId, debug_dirs: &[PathBuf]) -> u64 {
+    let Some(m) = tables.modules.get(module as usize) else {
+        return 0;
+    };
+    if m.kind != ModuleKind::File {
+        return 0;
+    }
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |md| md.len());
+    let debug: u64 = debug_dirs
+        .iter()
+        .filter_map(|d| debugfile::build_id_path(d, &m.build_id))
+        .map(|p| size(&p))
+        .sum();
+    size(std::path::Path::new(&m.path)).saturating_add(debug)
+}
+
 fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) -> bool {
     groups.iter().any(|(m, _)| {
         tables
@@ -148,21 +184,17 @@ fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) ->
 
 /// Interns module-local results into one function table and writes the
 /// one-line warning about unusable binaries.
-fn merge(
-    tables: &Tables,
-    groups: Vec<(ModuleId, Vec<(FrameId, u64)>)>,
-    outcomes: Vec<ModuleOutcome>,
-) -> Symbols {
+fn merge(tables: &Tables, outcomes: Vec<ModuleOutcome>) -> Symbols {
     let mut out = Symbols {
         frames: vec![Vec::new(); tables.frames.len()],
         ..Default::default()
     };
     let mut ids: HashMap<Function, FuncId> = HashMap::new();
     let (mut bad_modules, mut mismatched, mut bad_frames) = (0usize, 0usize, 0usize);
-    for ((_, frames), outcome) in groups.iter().zip(outcomes) {
+    for outcome in outcomes {
         if let Some(why) = outcome.unusable {
             bad_modules += 1;
-            bad_frames += frames.len();
+            bad_frames += outcome.bad_frames;
             if why == Unusable::BuildIdMismatch {
                 mismatched += 1;
             }
@@ -207,68 +239,17 @@ fn symbolize_module(
             functions: Vec::new(),
             frames: Vec::new(),
             unusable: None,
+            bad_frames: 0,
         };
     };
     let base = basename(&m.path);
     match m.kind {
-        ModuleKind::File => {
-            let named = symbol_data(m, ctx).and_then(|data| {
-                let view = data.view().ok_or(Unusable::NotElf)?;
-                Ok(file_frames(&view, base, frames, ctx.opts.inline))
-            });
-            named.unwrap_or_else(|why| unresolved_frames(base, frames, Some(why)))
-        }
+        ModuleKind::File => files::file_frames(m, base, frames, ctx),
         ModuleKind::Kernel => kernel_frames(&ctx.ktable, base, frames, ctx.opts),
         ModuleKind::Anonymous if !ctx.jit.is_empty() => jit_frames(&ctx.jit, base, frames),
         // The vDSO image is not on disk.
         _ => unresolved_frames(base, frames, None),
     }
-}
-
-/// The symbol data of a file module: from the cache, else built from the
-/// binary (and its separate debug file) and then cached.
-fn symbol_data(m: &Module, ctx: &Context<'_>) -> Result<SymbolData, Unusable> {
-    let dirs = &ctx.opts.debug_dirs;
-    if let Some(hit) = ctx.cache.as_ref().and_then(|c| c.load(&m.build_id)) {
-        // A debug file installed since the entry was made is worth a rebuild.
-        let newer_debug = !hit.has_dwarf
-            && dirs
-                .iter()
-                .any(|d| debugfile::build_id_path(d, &m.build_id).is_some_and(|p| p.is_file()));
-        if !newer_debug {
-            return Ok(hit);
-        }
-    }
-    let path = Path::new(&m.path);
-    let bin = elf::read_elf(path)?;
-    let obj = ElfObject::parse(&bin).map_err(|_| Unusable::NotElf)?;
-    if !elf::build_id_matches(&obj, &m.build_id) {
-        return Err(Unusable::BuildIdMismatch);
-    }
-    let debug_bytes = if obj.has_debug_info() {
-        None
-    } else {
-        let own_id;
-        let id = if m.build_id.is_empty() {
-            own_id = obj.code_id().and_then(|c| elf::unhex(c.as_str()));
-            own_id.as_deref().unwrap_or_default()
-        } else {
-            &m.build_id
-        };
-        debugfile::find(path, &obj, id, dirs)
-    };
-    let debug_obj = debug_bytes
-        .as_deref()
-        .and_then(|d| ElfObject::parse(d).ok());
-    let data = SymbolData::build(&bin, debug_obj.as_ref())?;
-    if let Some(cache) = &ctx.cache {
-        if let Err(e) = cache.store(&m.build_id, &data) {
-            if let Ok(mut slot) = ctx.cache_error.lock() {
-                slot.get_or_insert_with(|| format!("cannot write the symbol cache: {e}"));
-            }
-        }
-    }
-    Ok(data)
 }
 
 /// Collects names so each distinct one gets one module-local id.
@@ -293,53 +274,6 @@ impl LocalNames {
     }
 }
 
-fn file_frames(
-    view: &SymView<'_>,
-    base: &str,
-    frames: &[(FrameId, u64)],
-    inline: bool,
-) -> ModuleOutcome {
-    let hits: Vec<Vec<RawName<'_>>> = frames
-        .par_chunks(CHUNK)
-        .flat_map_iter(|c| {
-            let mut buf = Vec::new();
-            c.iter().map(move |&(_, addr)| {
-                view.lookup(addr, inline, &mut buf);
-                buf.clone()
-            })
-        })
-        .collect();
-    let mut wanted: Vec<RawName<'_>> = hits.iter().flatten().copied().collect();
-    wanted.sort_unstable_by(|a, b| (a.name, a.language as u32).cmp(&(b.name, b.language as u32)));
-    wanted.dedup();
-    // Demangling is the costly part; each name once, in parallel.
-    let demangled: Vec<String> = wanted
-        .par_iter()
-        .map(|raw| sanitize(&raw.demangle()))
-        .collect();
-    let by_raw: HashMap<RawName<'_>, usize> =
-        wanted.iter().enumerate().map(|(i, &r)| (r, i)).collect();
-
-    let mut names = LocalNames::default();
-    let mut out = Vec::with_capacity(frames.len());
-    for (&(frame, addr), hit) in frames.iter().zip(hits) {
-        let mut ids: Vec<u32> = hit
-            .iter()
-            .filter_map(|r| by_raw.get(r).and_then(|&i| demangled.get(i)))
-            .map(|n| names.id(n.clone(), base))
-            .collect();
-        if ids.is_empty() {
-            ids.push(names.id(sanitize(&unresolved(base, addr)), base));
-        }
-        out.push((frame, ids));
-    }
-    ModuleOutcome {
-        functions: names.functions,
-        frames: out,
-        unusable: None,
-    }
-}
-
 fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
     let mut names = LocalNames::default();
     let out = frames
@@ -356,6 +290,7 @@ fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOut
         functions: names.functions,
         frames: out,
         unusable: None,
+        bad_frames: 0,
     }
 }
 
@@ -387,6 +322,7 @@ fn kernel_frames(
         functions,
         frames: out,
         unusable: None,
+        bad_frames: 0,
     }
 }
 
@@ -406,6 +342,7 @@ fn unresolved_frames(
     ModuleOutcome {
         functions: names.functions,
         frames: out,
+        bad_frames: if unusable.is_some() { frames.len() } else { 0 },
         unusable,
     }
 }

@@ -7,8 +7,8 @@ use std::process::Command;
 
 use flamerec_fold::FoldOptions;
 use flamerec_format::{Frame, Module, ModuleKind};
+use symbolic_debuginfo::dwarf::Dwarf as _;
 use symbolic_debuginfo::elf::ElfObject;
-use symbolic_symcache::{SymCache, SymCacheConverter};
 
 use crate::support::*;
 
@@ -55,25 +55,56 @@ pub fn compile(dir: &Path, name: &str, extra: &str) -> Inlined {
         .code_id()
         .and_then(|c| unhex(c.as_str()))
         .expect("build id");
-    let mut conv = SymCacheConverter::new();
-    conv.process_object(&obj).expect("convert");
-    let mut bytes = Vec::new();
-    conv.serialize(&mut bytes).expect("serialize");
-    let cache = SymCache::parse(&bytes).expect("symcache");
     let elf = goblin::elf::Elf::parse(&data).expect("goblin");
     let text = elf
         .program_headers
         .iter()
         .find(|p| p.p_type == goblin::elf::program_header::PT_LOAD && p.is_executable())
         .expect("text segment");
-    let load = obj.load_address();
+    // The DWARF, read with addr2line (an independent path from fold's lookups
+    // only in how the address is found; good enough to pick a probe).
+    let sections: Vec<(gimli::SectionId, Vec<u8>)> = [
+        gimli::SectionId::DebugAbbrev,
+        gimli::SectionId::DebugAddr,
+        gimli::SectionId::DebugAranges,
+        gimli::SectionId::DebugInfo,
+        gimli::SectionId::DebugLine,
+        gimli::SectionId::DebugLineStr,
+        gimli::SectionId::DebugRanges,
+        gimli::SectionId::DebugRngLists,
+        gimli::SectionId::DebugStr,
+        gimli::SectionId::DebugStrOffsets,
+    ]
+    .into_iter()
+    .filter_map(|id| {
+        let s = obj.section(id.name().trim_start_matches('.'))?;
+        Some((id, s.data.into_owned()))
+    })
+    .collect();
+    let dwarf = gimli::Dwarf::load(|id| {
+        let bytes = sections
+            .iter()
+            .find(|(i, _)| *i == id)
+            .map_or(&[][..], |(_, d)| &d[..]);
+        Ok::<_, gimli::Error>(gimli::EndianSlice::new(bytes, gimli::RunTimeEndian::Little))
+    })
+    .expect("dwarf");
+    let ctx = addr2line::Context::from_dwarf(dwarf).expect("addr2line");
     let offset = (text.p_offset..text.p_offset + text.p_filesz)
         .find(|&off| {
             let vaddr = off - text.p_offset + text.p_vaddr;
-            let names: Vec<&str> = cache
-                .lookup(vaddr - load)
-                .map(|l| l.function().name())
-                .collect();
+            let Ok(mut frames) = ctx.find_frames(vaddr).skip_all_loads() else {
+                return false;
+            };
+            let mut names = Vec::new();
+            while let Ok(Some(f)) = frames.next() {
+                if let Some(n) = f
+                    .function
+                    .and_then(|n| n.raw_name().ok().map(|c| c.into_owned()))
+                {
+                    names.push(n);
+                }
+            }
             names == ["inner_work", "outer_fn"]
         })
         .expect("an address inside the inlined body");
@@ -213,7 +244,7 @@ fn second_fold_reads_the_cache_even_without_the_binary() {
     let bytes = recording(&p);
     let cached = opts(Vec::new(), Some(cache.clone()));
     assert_eq!(folded(&fold_bytes(&bytes, &cached)), INLINED);
-    let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("symbols-v1"))
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("symbols-v2"))
         .expect("cache dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
@@ -243,4 +274,23 @@ fn second_fold_reads_the_cache_even_without_the_binary() {
     assert_ne!(std::fs::read(&entry).expect("entry"), raw);
     std::fs::rename(&p.path, dir.path().join("moved")).expect("move binary");
     assert_eq!(folded(&fold_bytes(&bytes, &cached)), INLINED);
+}
+
+#[test]
+fn no_inline_folds_and_inline_folds_share_one_cache() {
+    let dir = tempfile::tempdir().expect("dir");
+    let p = compile(dir.path(), "inl", "");
+    let bytes = recording(&p);
+    let cache = Some(dir.path().join("cache"));
+    let outer = FoldOptions {
+        inline: false,
+        ..opts(Vec::new(), cache.clone())
+    };
+    let inlined = opts(Vec::new(), cache);
+    // Symbol table only, then DWARF replaces it, then its outer names serve.
+    assert_eq!(folded(&fold_bytes(&bytes, &outer)), OUTER);
+    assert_eq!(folded(&fold_bytes(&bytes, &inlined)), INLINED);
+    std::fs::rename(&p.path, dir.path().join("moved")).expect("move binary");
+    assert_eq!(folded(&fold_bytes(&bytes, &outer)), OUTER);
+    assert_eq!(folded(&fold_bytes(&bytes, &inlined)), INLINED);
 }
