@@ -8,9 +8,12 @@ use std::process::{Command, Output};
 
 use flamerec_samples::{build, FramePointers, Sample};
 
-/// The binary under test.
+/// The binary under test. Its HOME is a directory of the test build, so
+/// fold's default symbol cache never touches the user's.
 pub fn flamerec() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_flamerec"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flamerec"));
+    c.env("HOME", concat!(env!("CARGO_TARGET_TMPDIR"), "/home"));
+    c
 }
 
 /// A fresh temporary directory.
