@@ -46,7 +46,14 @@ pub struct Writer<W: Write> {
 
 impl<W: Write> Writer<W> {
     /// Writes the file header and the metadata chunk.
-    pub fn new(mut out: W, meta: &Metadata) -> Result<Self, FormatError> {
+    pub fn new(out: W, meta: &Metadata) -> Result<Self, FormatError> {
+        Self::with_level(out, meta, 19)
+    }
+
+    /// Like [`Writer::new`] with another zstd level (1–22): a recording that
+    /// only lives in memory, such as an imported perf.data, is better
+    /// written fast than small.
+    pub fn with_level(mut out: W, meta: &Metadata, level: i32) -> Result<Self, FormatError> {
         let mut header = Vec::with_capacity(16);
         header.extend_from_slice(&MAGIC);
         header.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
@@ -55,7 +62,7 @@ impl<W: Write> Writer<W> {
         out.write_all(&header)?;
         let mut w = Writer {
             out,
-            level: 19,
+            level: level.clamp(1, 22),
             buf: Vec::with_capacity(SOFT_CHUNK_BYTES),
             new_strings: Vec::new(),
             new_string_lens: Vec::new(),

@@ -93,7 +93,8 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
     };
     let kernel_release = meta.kernel_release.clone();
     let meta_dwarf = meta.call_graph == "dwarf";
-    let w = Writer::new(Vec::new(), &meta).map_err(|e| FoldError::PerfData {
+    // Only lives in memory until folded: fast beats small.
+    let w = Writer::with_level(Vec::new(), &meta, 1).map_err(|e| FoldError::PerfData {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
