@@ -234,7 +234,7 @@ impl<W: Write> Writer<W> {
         let level = if chunk.len() <= 256 << 10 {
             self.level
         } else {
-            9
+            self.level.min(9)
         };
         let compressed = zstd::bulk::compress(&chunk, level)?;
         let mut header = [0u8; 16];
