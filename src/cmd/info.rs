@@ -66,11 +66,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             m.command.join(" ")
         }
     );
-let rate = match m.frequency_hz {
+    let rate = match m.frequency_hz {
         0 => "on every context switch".to_string(),
         hz => format!("at {hz} Hz"),
     };
-    println!("event:      {} {rate}, call graph {}", m.event, m.call_graph);
+    println!(
+        "event:      {} {rate}, call graph {}",
+        m.event, m.call_graph
+    );
     println!("duration:   {:.2} s", s.duration_s);
     println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
     if m.call_graph == "dwarf" {
