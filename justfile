@@ -13,5 +13,10 @@ lint:
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
 
+# The side-by-side benchmark against perf, inferno and samply; writes bench/RESULTS.md
+# (`just bench --quick` for a short development run).
+bench *ARGS:
+    bench/run {{ARGS}}
+
 # What CI runs.
 ci: lint test

@@ -48,7 +48,7 @@ const REFUSALS: &[(&str, &str, &str)] = &[
         "flamerec: error: -g dwarf is not supported yet; use -g fp",
         "record -g dwarf unsupported",
     ),
-    // Issue 4 (recorder: off-cpu events).
+    // Issue 4 (recorder: off-cpu events) — landed; kept for the same reason.
     (
         "off-cpu",
         "flamerec: error: -e off-cpu is not supported yet",
@@ -427,13 +427,19 @@ fn sleeper_off_cpu_matches_its_construction() {
         if record(&out, &what, &extra, &bin, &args).is_none() {
             continue;
         }
-        let stacks = fold(&out, &[]);
+        // Time the spin spends preempted is off CPU too, by as much as the machine is busy:
+        // the construction is about the sleeps.
+        let excluded = sample.off_cpu_excluded();
+        let stacks: Stacks = fold(&out, &[])
+            .into_iter()
+            .filter(|(s, _)| !s.iter().any(|f| excluded.iter().any(|e| frame_is(f, e))))
+            .collect();
         assert_shares(&what, &stacks, sample.expected_off_cpu(), &|| losses(&out));
-        // Weights are blocked nanoseconds: 10 rounds of 20 + 60 ms.
+        // Weights are blocked nanoseconds: 10 rounds of 20 + 60 ms, plus timer slack.
         let blocked = total(&stacks) as f64 / 1e9;
         assert!(
-            (0.75..=1.2).contains(&blocked),
-            "{what}: {blocked:.3} s blocked in all, 0.8 s slept"
+            (0.78..=1.0).contains(&blocked),
+            "{what}: {blocked:.3} s blocked outside {excluded:?}, 0.8 s slept"
         );
     }
 }
@@ -685,9 +691,10 @@ fn cpu_mix_leaves_agree_with_perf() {
 
 #[test]
 fn syscall_loop_leaves_agree_with_perf() {
-    // Some 15 kernel and libc leaves of 1–3% each: noise alone gives a distance of ≈ 0.03
-    // at 3,000 samples, ≈ 0.02 at 6,000.
-    check_agreement_with_perf(Sample::SyscallLoop, 6);
+    // Some 15 kernel and libc leaves of 1–3% each: noise alone gives distances of 0.02–0.04
+    // at 3,000 samples and up to 0.036 at 6,000 (measured, no function off by more than a
+    // point); 10,000 keeps a false alarm far away.
+    check_agreement_with_perf(Sample::SyscallLoop, 10);
 }
 
 #[test]

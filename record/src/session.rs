@@ -2,7 +2,9 @@
 //! buffers into the writer, stop cleanly, write the trailer.
 
 use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io::{self, BufWriter, Read};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -179,6 +181,24 @@ pub fn record(
             sig_ids.push(id);
         }
     }
+    // Signals (and the command's exit) also wake the loop at once through
+    // this socket pair, instead of after the poll timeout.
+    let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| RecordError::Sys {
+        what: "creating a wake-up socket".into(),
+        source: e,
+    })?;
+    let _ = wake_rx.set_nonblocking(true);
+    for s in [
+        signal_hook::consts::SIGCHLD,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ] {
+        if let Ok(tx) = wake_tx.try_clone() {
+            if let Ok(id) = signal_hook::low_level::pipe::register(s, tx) {
+                sig_ids.push(id);
+            }
+        }
+    }
     let unregister = |ids: Vec<signal_hook::SigId>| {
         for id in ids {
             signal_hook::low_level::unregister(id);
@@ -187,6 +207,23 @@ pub fn record(
 
     let start_mono = sys::monotonic_ns();
     let started = Instant::now();
+    // Start the command before anything else that may wait (the kernel
+    // symbol table): its records wait in the ring buffers meanwhile.
+    let started_child = match (child, &launch) {
+        (Some(child), Some((argv, program, _))) => match child.start() {
+            Ok(pid) => Some((pid, program)),
+            Err(e) => {
+                unregister(sig_ids);
+                let _ = std::fs::remove_file(&opts.output);
+                let command = argv[0].to_string_lossy().into_owned();
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOENT) => RecordError::CommandNotFound(command),
+                    _ => RecordError::CommandNotExecutable { command, source: e },
+                });
+            }
+        },
+        _ => None,
+    };
     let kallsyms = kallsyms_loader
         .and_then(|h| h.join().ok())
         .unwrap_or_default();
@@ -199,29 +236,17 @@ pub fn record(
         !cfg.exclude_kernel,
     );
     st.warnings.append(&mut warnings);
-    let pid = match (child, &launch) {
-        (Some(child), Some((argv, program, _))) => match child.start() {
-            Ok(pid) => {
-                let comm = program
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                st.writer
-                    .comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
-                st.seen(pid as u32, pid as u32);
-                Some(pid)
-            }
-            Err(e) => {
-                unregister(sig_ids);
-                drop(st);
-                let _ = std::fs::remove_file(&opts.output);
-                let command = argv[0].to_string_lossy().into_owned();
-                return Err(match e.raw_os_error() {
-                    Some(libc::ENOENT) => RecordError::CommandNotFound(command),
-                    _ => RecordError::CommandNotExecutable { command, source: e },
-                });
-            }
-        },
+    let pid = match started_child {
+        Some((pid, program)) => {
+            let comm = program
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            st.writer
+                .comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
+            st.seen(pid as u32, pid as u32);
+            Some(pid)
+        }
         _ => {
             // Running processes: describe what exists, then start sampling.
             let pids = match &opts.target {
@@ -261,15 +286,18 @@ pub fn record(
     let mut last_flush = Instant::now();
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); events.len()];
     loop {
-        let fds: Vec<_> = events
+        let mut fds: Vec<_> = events
             .iter()
             .filter(|e| e.ring.is_some())
-            .map(|e| &e.fd)
+            .map(|e| e.fd.as_fd())
             .collect();
+        fds.push(wake_rx.as_fd());
         sys::poll_readable(&fds, POLL_MS).map_err(|e| RecordError::Sys {
             what: "poll".into(),
             source: e,
         })?;
+        let mut sink = [0u8; 64];
+        while matches!((&wake_rx).read(&mut sink), Ok(n) if n > 0) {}
         st.drain(&mut events, &mut bufs);
         if last_flush.elapsed() >= FLUSH_EVERY || st.writer.wants_flush() {
             st.writer.flush().map_err(out_err)?;

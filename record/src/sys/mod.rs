@@ -232,7 +232,7 @@ pub fn disable(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// Waits until one of `fds` is readable or `timeout_ms` passes.
-pub fn poll_readable(fds: &[&OwnedFd], timeout_ms: i32) -> io::Result<()> {
+pub fn poll_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout_ms: i32) -> io::Result<()> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|fd| libc::pollfd {

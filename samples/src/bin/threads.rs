@@ -103,12 +103,15 @@ fn threads_worker_c(units: u64) -> u64 {
     checksum_of_work!(units, 0x94d0_49bb_1331_11eb_u64)
 }
 
+/// A worker thread: its name, what it runs, and how many sixths of the units.
+type Worker = (&'static str, fn(u64) -> u64, u64);
+
 /// Starts the three workers on `units` units in all and returns their checksums combined.
 fn run(units: u64) -> std::io::Result<u64> {
     let sixth = units.div_ceil(6);
     // `black_box` around each result keeps the worker call from being a tail call, which
     // would drop the worker's frame from the stack.
-    let workers: [(&str, fn(u64) -> u64, u64); 3] = [
+    let workers: [Worker; 3] = [
         ("worker-a", |n| black_box(threads_worker_a(n)), A_SIXTHS),
         ("worker-b", |n| black_box(threads_worker_b(n)), B_SIXTHS),
         ("worker-c", |n| black_box(threads_worker_c(n)), C_SIXTHS),
