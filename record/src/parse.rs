@@ -3,7 +3,9 @@
 //! Safe code over owned bytes: every field read is bounds-checked, and a
 //! record that does not fit is reported as malformed rather than trusted.
 
-use crate::sys::{record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT};
+use crate::sys::{record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT,
+    MISC_SWITCH_OUT_PREEMPT,
+};
 
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +68,8 @@ pub enum PerfRecord<'a> {
     Switch {
         /// Switch-out (else switch-in).
         out: bool,
+        /// A switch-out of a task that was still runnable (preempted).
+        preempted: bool,
         /// Process id.
         pid: u32,
         /// Thread id.
@@ -269,6 +273,7 @@ impl Layout {
                 let (pid, tid) = self.trailer_tid(body);
                 PerfRecord::Switch {
                     out: misc & MISC_SWITCH_OUT != 0,
+                    preempted: misc & MISC_SWITCH_OUT_PREEMPT != 0,
                     pid,
                     tid,
                     time: self.trailer_time(body),

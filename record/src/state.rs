@@ -48,6 +48,8 @@ pub(crate) struct State<W: io::Write> {
     pub(crate) exclude_pid: Option<u32>,
     /// Off-CPU: per thread, the stack and time it was switched out.
     blocked: HashMap<u32, (u32, u32, u64)>,
+    /// Off-CPU: threads whose last switch-out was a preemption.
+    preempted: HashSet<u32>,
     /// Throttle records seen (the kernel slowed sampling down).
     pub(crate) throttles: u64,
 }
@@ -108,6 +110,7 @@ impl<W: io::Write> State<W> {
             user_addrs: Vec::new(),
             exclude_pid: None,
             blocked: HashMap::new(),
+            preempted: HashSet::new(),
             throttles: 0,
         }
     }
@@ -219,19 +222,35 @@ impl<W: io::Write> State<W> {
                 self.writer.lost(t, count);
             }
             PerfRecord::Switch {
+                out: true,
+                preempted,
+                tid,
+                ..
+            } => {
+                if preempted {
+                    self.preempted.insert(tid);
+                } else {
+                    self.preempted.remove(&tid);
+                }
+            }
+            PerfRecord::Switch {
                 out: false,
                 pid,
                 tid,
                 time,
+                ..
             } => {
-                // Back on a CPU: the interval since its switch-out is off-CPU time.
+                // Back on a CPU: the interval since it blocked is off-CPU
+                // time. A preempted thread was runnable, not blocked: skip it.
                 if let Some((spid, stack, out_ns)) = self.blocked.remove(&tid) {
-                    let in_ns = self.rel(time);
-                    self.write_off_cpu(spid.max(pid), tid, stack, out_ns, in_ns);
+                    if !self.preempted.remove(&tid) {
+                        let in_ns = self.rel(time);
+                        self.write_off_cpu(spid.max(pid), tid, stack, out_ns, in_ns);
+                    }
                 }
             }
             PerfRecord::Throttle => self.throttles += 1,
-            PerfRecord::Switch { .. } | PerfRecord::Other => {}
+            PerfRecord::Other => {}
         }
     }
 
@@ -249,7 +268,12 @@ impl<W: io::Write> State<W> {
 
     /// Off-CPU: threads still blocked when recording stops count until `end_ns`.
     pub(crate) fn finish_blocked(&mut self, end_ns: u64) {
-        let mut left: Vec<_> = self.blocked.drain().collect();
+        let preempted = std::mem::take(&mut self.preempted);
+        let mut left: Vec<_> = self
+            .blocked
+            .drain()
+            .filter(|(tid, _)| !preempted.contains(tid))
+            .collect();
         left.sort_unstable_by_key(|&(tid, (_, _, out))| (out, tid));
         for (tid, (pid, stack, out_ns)) in left {
             self.write_off_cpu(pid, tid, stack, out_ns, end_ns);

@@ -398,13 +398,11 @@ impl Sample {
     }
 
     /// Functions whose off-CPU time depends on the machine's load rather than on the
-    /// construction: CPU work that only leaves the CPU when preempted. Off-CPU shares are
-    /// of the stacks without them.
+    /// construction; off-CPU shares are of the stacks without them. None now: the
+    /// recorder counts only blocked time, so a spin loop that gets preempted (still
+    /// runnable) adds nothing.
     pub const fn off_cpu_excluded(self) -> &'static [&'static str] {
-        match self {
-            Sample::Sleeper => &["sleeper_spin"],
-            _ => &[],
-        }
+        &[]
     }
 
     /// How the on-CPU samples split across processes or threads; empty for a sample that

@@ -18,6 +18,8 @@ use pes::bindings as b;
 
 /// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an MMAP2 record carries a build id.
 pub const MISC_MMAP_BUILD_ID: u16 = b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16;
+/// `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`: the task was switched out while still runnable.
+pub const MISC_SWITCH_OUT_PREEMPT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT as u16;
 /// `PERF_RECORD_MISC_SWITCH_OUT`: a SWITCH record is a switch-out.
 pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;
 /// `PERF_RECORD_MISC_COMM_EXEC`: a COMM record comes from an exec.
