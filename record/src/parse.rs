@@ -3,7 +3,8 @@
 //! Safe code over owned bytes: every field read is bounds-checked, and a
 //! record that does not fit is reported as malformed rather than trusted.
 
-use crate::sys::{record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT,
+use crate::sys::{
+    record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT,
     MISC_SWITCH_OUT_PREEMPT,
 };
 

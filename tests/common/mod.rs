@@ -109,9 +109,9 @@ pub fn total(stacks: &[(Vec<String>, u64)]) -> u64 {
 pub fn assert_expected_shares(stacks: &[(Vec<String>, u64)], sample: Sample) {
     for e in sample.expected() {
         let got = match e.kind {
-            flamerec_samples::ShareKind::SelfPct => {
-                share(stacks, |s| s.last().is_some_and(|f| frame_is(f, e.function)))
-            }
+            flamerec_samples::ShareKind::SelfPct => share(stacks, |s| {
+                s.last().is_some_and(|f| frame_is(f, e.function))
+            }),
             flamerec_samples::ShareKind::TotalPct => {
                 share(stacks, |s| s.iter().any(|f| frame_is(f, e.function)))
             }
