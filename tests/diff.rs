@@ -140,27 +140,12 @@ fn a_slowdown_in_one_function_is_caught_by_fail_above() {
     let Some(()) = record(&base, &[bin.to_str().unwrap()]) else {
         return;
     };
-    // cpu-mix splits its work by construction, so the slowdown is made from
-    // a real recording: cpu_mix_gamma takes three times as long (its
-    // samples ×3), which moves its share from 20% to 60/140 ≈ 43%.
-    let o = flamerec().arg("fold").arg(&base).output().expect("fold");
-    assert!(o.status.success(), "fold failed: {}", stderr(&o));
-    let folded = String::from_utf8(o.stdout).expect("UTF-8 folded text");
-    let slow: String = folded
-        .lines()
-        .map(|l| {
-            let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
-            let count: u64 = count.parse().expect("count");
-            let factor = if stack.contains(";cpu_mix_gamma") {
-                3
-            } else {
-                1
-            };
-            format!("{stack} {}\n", count * factor)
-        })
-        .collect();
-    let new = dir.path().join("slow.folded");
-    std::fs::write(&new, slow).unwrap();
+    // The same sample with a deliberate regression: cpu_mix_gamma does three
+    // times its work, which moves its share from 20% to 6/14 ≈ 43%.
+    let new = dir.path().join("slow.frec");
+    let Some(()) = record(&new, &[bin.to_str().unwrap(), "--slow-gamma", "3"]) else {
+        return;
+    };
 
     let json = dir.path().join("d.json");
     let md = dir.path().join("d.md");
@@ -195,7 +180,6 @@ fn a_slowdown_in_one_function_is_caught_by_fail_above() {
         (grew - 22.9).abs() <= 5.0,
         "gamma grew {grew} points: {gamma}"
     );
-    // Matched by name against folded text, labelled with the recording's module.
     assert_eq!(gamma["module"], "cpu-mix");
     let run = function(&v, "cpu_mix_run");
     assert!(pct(&run["total_delta_pct"]).abs() < 1.0, "{run}");

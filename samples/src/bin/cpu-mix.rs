@@ -1,6 +1,10 @@
 //! cpu-mix: CPU work split across three named functions in fixed proportions.
 //!
-//! Usage: `cpu-mix [--units N]` (default: about one second of CPU on a modern core).
+//! Usage: `cpu-mix [--units N] [--slow-gamma K]` (default: about one second of CPU on a
+//! modern core).
+//!
+//! `--slow-gamma K` is a deliberate regression for diff tests: `cpu_mix_gamma` does K times
+//! its units per round (K = 3: shares 5/14, 3/14, 6/14 ≈ 36/21/43%).
 //!
 //! The work is counted in units, not in time: every unit runs the same loop body, so a
 //! profile's self shares follow the unit split exactly — `cpu_mix_alpha` 50%,
@@ -93,44 +97,51 @@ fn cpu_mix_gamma(state: &mut State, units: u64) {
     units_of_work!(state, units, 0x94d0_49bb_1331_11eb_u64);
 }
 
-/// Runs `units` units (rounded up to whole rounds) and returns a checksum of the state.
+/// Runs `units` units (rounded up to whole rounds; gamma's share times `slow_gamma`) and
+/// returns a checksum of the state.
 #[no_mangle]
 #[inline(never)]
-fn cpu_mix_run(units: u64) -> u64 {
+fn cpu_mix_run(units: u64, slow_gamma: u64) -> u64 {
     let mut state = SEED;
     for _ in 0..units.div_ceil(UNITS_PER_ROUND) {
         cpu_mix_alpha(&mut state, ALPHA_UNITS);
         cpu_mix_beta(&mut state, BETA_UNITS);
-        cpu_mix_gamma(&mut state, GAMMA_UNITS);
+        cpu_mix_gamma(&mut state, GAMMA_UNITS * slow_gamma);
     }
     state.iter().fold(0, |acc, word| acc ^ word)
 }
 
-fn parse_units(mut args: impl Iterator<Item = String>) -> Result<u64, String> {
-    let mut units = DEFAULT_UNITS;
+/// `(units, slow_gamma)` from the command line.
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(u64, u64), String> {
+    let (mut units, mut slow_gamma) = (DEFAULT_UNITS, 1);
     while let Some(arg) = args.next() {
-        let value = match arg.as_str() {
-            "--units" => args.next().ok_or("--units needs a value")?,
-            other => match other.strip_prefix("--units=") {
-                Some(value) => value.to_owned(),
-                None => return Err(format!("unexpected argument {other:?}")),
-            },
+        let (flag, value) = match arg.split_once('=') {
+            Some((flag, value)) => (flag.to_owned(), value.to_owned()),
+            None => {
+                let value = args.next().ok_or(format!("{arg} needs a value"))?;
+                (arg, value)
+            }
         };
-        units = value
+        let number = value
             .parse()
-            .map_err(|_| format!("--units: {value:?} is not a non-negative integer"))?;
+            .map_err(|_| format!("{flag}: {value:?} is not a non-negative integer"))?;
+        match flag.as_str() {
+            "--units" => units = number,
+            "--slow-gamma" => slow_gamma = number,
+            other => return Err(format!("unexpected argument {other:?}")),
+        }
     }
-    Ok(units)
+    Ok((units, slow_gamma))
 }
 
 fn main() -> ExitCode {
-    match parse_units(std::env::args().skip(1)) {
-        Ok(units) => {
-            black_box(cpu_mix_run(units));
+    match parse_args(std::env::args().skip(1)) {
+        Ok((units, slow_gamma)) => {
+            black_box(cpu_mix_run(units, slow_gamma));
             ExitCode::SUCCESS
         }
         Err(message) => {
-            eprintln!("cpu-mix: {message}\nusage: cpu-mix [--units N]   (default {DEFAULT_UNITS})");
+            eprintln!("cpu-mix: {message}\nusage: cpu-mix [--units N] [--slow-gamma K]   (default {DEFAULT_UNITS} units, K = 1)");
             ExitCode::from(2)
         }
     }
