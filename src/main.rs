@@ -1,6 +1,8 @@
 //! The `flamerec` command line: parse, dispatch, report. The work happens
 //! in the `flamerec-record`, `flamerec-fold` and `flamerec-format` crates.
 
+#![forbid(unsafe_code)]
+
 mod cmd;
 
 use std::process::ExitCode;

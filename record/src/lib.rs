@@ -7,6 +7,9 @@
 //! out of the ring buffers. This crate never symbolizes user code: that is
 //! `fold`'s job, offline.
 
+// Unsafe code is confined to `sys` (STYLE.md): everything else is checked.
+#![deny(unsafe_code)]
+
 mod kallsyms;
 mod launch;
 mod parse;
@@ -14,6 +17,7 @@ mod proc_fs;
 mod procs;
 mod session;
 mod state;
+#[allow(unsafe_code)]
 pub mod sys;
 
 use std::ffi::OsString;
