@@ -6,9 +6,9 @@
 //! themselves, so memory follows the number of distinct stacks, not the
 //! length of the recording. It must not symbolize or format frames.
 
-use std::collections::HashMap;
-
 use flamerec_format::{Event, Sample, StackId};
+// Keys are small integers from our own file: a fast hash is safe here.
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::names::UNKNOWN;
 use crate::FoldOptions;
@@ -57,6 +57,9 @@ pub(crate) struct Aggregate {
     pub last_time_ns: u64,
 }
 
+/// Root and process name of a thread's samples; `None` when filtered out.
+type Slot = Option<(NameId, NameId)>;
+
 /// Feeds events in stream order into an [`Aggregate`].
 pub(crate) struct Aggregator<'o> {
     opts: &'o FoldOptions,
@@ -67,7 +70,9 @@ pub(crate) struct Aggregator<'o> {
     comms: HashMap<u32, NameId>,
     /// (root, process name) of a thread, `None` when filtered out. Cleared
     /// whenever a name changes, so a sample costs one lookup.
-    cache: HashMap<(u32, u32), Option<(NameId, NameId)>>,
+    cache: HashMap<(u32, u32), Slot>,
+    /// The last sample's thread and its cache entry: samples come in runs.
+    last: Option<((u32, u32), Slot)>,
 }
 
 impl<'o> Aggregator<'o> {
@@ -83,9 +88,10 @@ impl<'o> Aggregator<'o> {
             opts,
             mode,
             agg: Aggregate::default(),
-            name_ids: HashMap::new(),
-            comms: HashMap::new(),
-            cache: HashMap::new(),
+            name_ids: HashMap::default(),
+            comms: HashMap::default(),
+            cache: HashMap::default(),
+            last: None,
         }
     }
 
@@ -103,6 +109,7 @@ impl<'o> Aggregator<'o> {
                     self.comms.insert(tid, id);
                     // A process rename changes the roots of all its threads.
                     self.cache.clear();
+                    self.last = None;
                 }
                 Event::Fork { pid, tid, ptid, .. } => {
                     // A new thread runs under its creator's name until it sets its own.
@@ -110,6 +117,7 @@ impl<'o> Aggregator<'o> {
                         self.comms.insert(tid, parent);
                     }
                     self.cache.remove(&(pid, tid));
+                    self.last = None;
                 }
                 Event::Lost { count, .. } => self.agg.lost = self.agg.lost.saturating_add(count),
                 _ => {}
@@ -123,11 +131,18 @@ impl<'o> Aggregator<'o> {
 
     fn sample(&mut self, s: &Sample) {
         let key = (s.pid, s.tid);
-        let slot = match self.cache.get(&key) {
-            Some(&slot) => slot,
-            None => {
-                let slot = self.resolve(s.pid, s.tid);
-                self.cache.insert(key, slot);
+        let slot = match self.last {
+            Some((k, slot)) if k == key => slot,
+            _ => {
+                let slot = match self.cache.get(&key) {
+                    Some(&slot) => slot,
+                    None => {
+                        let slot = self.resolve(s.pid, s.tid);
+                        self.cache.insert(key, slot);
+                        slot
+                    }
+                };
+                self.last = Some((key, slot));
                 slot
             }
         };
@@ -147,7 +162,7 @@ impl<'o> Aggregator<'o> {
     }
 
     /// Root and process name of a thread, or `None` when the filters drop it.
-    fn resolve(&mut self, pid: u32, tid: u32) -> Option<(NameId, NameId)> {
+    fn resolve(&mut self, pid: u32, tid: u32) -> Slot {
         let o = self.opts;
         if !o.pids.is_empty() && !o.pids.contains(&pid) {
             return None;

@@ -5,6 +5,9 @@
 //! [`fold_recording`] streams the file once, summing sample weights per
 //! (root frame, stack) without keeping samples, then symbolizes only the
 //! distinct frames those stacks use, in parallel across and within binaries.
+//! DWARF is read only as far as those frames need (`symbolize::dwarf`), and
+//! the biggest debug info starts inflating while the file is still being read
+//! (`symbolize::prefetch`).
 //! The writers in this crate format the result; the CLI decides where it goes
 //! and prints [`Profile::damage`] and [`Profile::warnings`].
 //!
@@ -123,14 +126,7 @@ fn fold_reader<R: Read>(
         path: path.to_path_buf(),
         source,
     };
-    let mut aggregator = aggregate::Aggregator::new(opts);
-    while let Some(events) = reader.next_events().map_err(format_err)? {
-        aggregator.feed(events);
-    }
-    let agg = aggregator.finish();
-    let lost_in_stream = agg.lost;
-    let last_sample_ns = agg.last_time_ns;
-
+    // The pool first: it inflates debug info ahead while the file is read.
     let jobs = opts.jobs.unwrap_or(0);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
@@ -140,6 +136,19 @@ fn fold_reader<R: Read>(
             jobs,
             reason: e.to_string(),
         })?;
+    let mut prefetch: Option<symbolize::Prefetch> = None;
+    let mut aggregator = aggregate::Aggregator::new(opts);
+    while let Some(events) = reader.next_events().map_err(format_err)? {
+        // The first chunk that has frames (the first one holds metadata only).
+        if prefetch.is_none() && !reader.tables().frames.is_empty() {
+            prefetch = Some(start_prefetch(&pool, reader.tables(), opts));
+        }
+        aggregator.feed(events);
+    }
+    let agg = aggregator.finish();
+    let lost_in_stream = agg.lost;
+    let last_sample_ns = agg.last_time_ns;
+
     let mut pids: Vec<u32> = agg.processes.keys().copied().collect();
     pids.sort_unstable();
     let names = symbolize::NameOptions {
@@ -151,7 +160,9 @@ fn fold_reader<R: Read>(
         pids,
     };
     let tables = reader.tables();
-    let mut profile = pool.install(|| profile::build(tables, agg, &names));
+    let prefetch = prefetch.unwrap_or_default();
+    let mut profile = pool.install(|| profile::build(tables, agg, &names, &prefetch));
+    drop(prefetch);
 
     profile.metadata = reader.metadata().clone();
     profile.totals = reader.totals().cloned();
@@ -173,6 +184,37 @@ fn fold_reader<R: Read>(
 /// when `$HOME` is unset or empty.
 pub fn default_cache_dir() -> Option<PathBuf> {
     symbolize::default_cache_dir()
+}
+
+/// Starts inflating ahead the debug info of the sampled binaries in
+/// `tables` (as of the first chunk that names any), unless there is nothing
+/// to gain: no inlined frames wanted, or one thread only.
+fn start_prefetch(
+    pool: &rayon::ThreadPool,
+    tables: &flamerec_format::Tables,
+    opts: &FoldOptions,
+) -> symbolize::Prefetch {
+    if !opts.inline || pool.current_num_threads() < 2 {
+        return symbolize::Prefetch::default();
+    }
+    let cache = opts.cache_dir.clone().map(symbolize::SymbolCache::new);
+    let mut sampled = vec![false; tables.modules.len()];
+    for f in &tables.frames {
+        if let Some(s) = sampled.get_mut(f.module as usize) {
+            *s = true;
+        }
+    }
+    let build_ids = tables
+        .modules
+        .iter()
+        .zip(sampled)
+        .filter(|&(_, sampled)| sampled)
+        .map(|(m, _)| m)
+        .filter(|m| m.kind == flamerec_format::ModuleKind::File && !m.build_id.is_empty())
+        .filter(|m| !cache.as_ref().is_some_and(|c| c.has(&m.build_id)))
+        .map(|m| m.build_id.clone())
+        .collect();
+    symbolize::Prefetch::start(pool, build_ids, opts.debug_dirs.clone())
 }
 
 /// Whether the file starts with the perf.data magic.

@@ -5,13 +5,14 @@
 //! per function, however often the function stands in its stack) and the
 //! deterministic ordering of everything it returns. It does no I/O.
 
-use std::collections::HashMap;
+// Keys are our own strings and ids: a fast hash is safe here.
+use rustc_hash::FxHashMap as HashMap;
 
 use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
 
 use crate::aggregate::{Aggregate, NameId};
 use crate::names::{sanitize_root, UNKNOWN};
-use crate::symbolize::{self, FuncId, NameOptions, Symbols};
+use crate::symbolize::{self, FuncId, NameOptions, Prefetch, Symbols};
 
 /// A folded, symbolized recording.
 #[derive(Debug, Clone, Default)]
@@ -71,15 +72,21 @@ pub struct FunctionStats {
 
 /// Symbolizes what `agg` references and assembles the profile (without the
 /// recording-level fields, which the caller fills in).
-pub(crate) fn build(tables: &Tables, agg: Aggregate, opts: &NameOptions) -> Profile {
+pub(crate) fn build(
+    tables: &Tables,
+    agg: Aggregate,
+    opts: &NameOptions,
+    prefetch: &Prefetch,
+) -> Profile {
     let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
-    let symbols = symbolize::symbolize(tables, &used, opts);
+    let symbols = symbolize::symbolize(tables, &used, opts, prefetch);
 
     let mut entries: Vec<((NameId, StackId), u64)> = agg.counts.into_iter().collect();
     // Same stack next to each other, so its frames are expanded once.
     entries.sort_unstable_by_key(|&((root, stack), _)| (stack, root));
 
-    let mut lines: HashMap<String, u64> = HashMap::with_capacity(entries.len());
+    let mut lines: HashMap<String, u64> =
+        HashMap::with_capacity_and_hasher(entries.len(), Default::default());
     let mut self_w = vec![0u64; symbols.functions.len()];
     let mut total_w = vec![0u64; symbols.functions.len()];
     // `stamp[f] == generation` marks functions already counted for this stack.

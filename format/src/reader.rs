@@ -95,15 +95,17 @@ impl Tables {
 }
 
 /// One decoded but not yet applied item of a chunk.
+/// One decoded record. Big payloads are boxed: a chunk holds many small
+/// items (stack nodes, frames), and each takes the size of the largest.
 enum Item {
     Str(String),
     Module(ModuleKind, u32, Vec<u8>),
     Frame(Frame),
     Node(StackId, FrameId),
     Ksym(u64, u64, u32, u32),
-    Meta(Metadata),
+    Meta(Box<Metadata>),
     Comm(u64, u32, u32, u32, bool),
-    Event(Event),
+    Event(Box<Event>),
 }
 
 /// Reads a `.frec` stream chunk by chunk.
@@ -293,7 +295,9 @@ impl<R: Read> Reader<R> {
             let item = match t {
                 tag::META => {
                     let json = c.bytes("metadata")?;
-                    Item::Meta(serde_json::from_slice(json).map_err(|_| DecodeFail("metadata"))?)
+                    Item::Meta(Box::new(
+                        serde_json::from_slice(json).map_err(|_| DecodeFail("metadata"))?,
+                    ))
                 }
                 tag::STRINGS => {
                     // n lengths, then the bytes of all n strings.
@@ -384,21 +388,21 @@ impl<R: Read> Reader<R> {
                 }
                 tag::FORK => {
                     let time_ns = c.u64("fork")?;
-                    Item::Event(Event::Fork {
+                    Item::Event(Box::new(Event::Fork {
                         time_ns,
                         pid: c.u32("fork")?,
                         ppid: c.u32("fork")?,
                         tid: c.u32("fork")?,
                         ptid: c.u32("fork")?,
-                    })
+                    }))
                 }
                 tag::EXIT => {
                     let time_ns = c.u64("exit")?;
-                    Item::Event(Event::Exit {
+                    Item::Event(Box::new(Event::Exit {
                         time_ns,
                         pid: c.u32("exit")?,
                         tid: c.u32("exit")?,
-                    })
+                    }))
                 }
                 tag::MAPPING => {
                     let time_ns = c.u64("mapping")?;
@@ -407,29 +411,31 @@ impl<R: Read> Reader<R> {
                     let len = c.u64("mapping")?;
                     let pgoff = c.u64("mapping")?;
                     let module = check(c.u64("mapping")?, modules, "mapping module")?;
-                    Item::Event(Event::Mapping(Mapping {
+                    Item::Event(Box::new(Event::Mapping(Mapping {
                         time_ns,
                         pid,
                         start,
                         end: start.saturating_add(len),
                         pgoff,
                         module,
-                    }))
+                    })))
                 }
-                tag::SAMPLES => Item::Event(Event::Samples(decode_samples(&mut c, nodes)?)),
+                tag::SAMPLES => {
+                    Item::Event(Box::new(Event::Samples(decode_samples(&mut c, nodes)?)))
+                }
                 tag::LOST => {
                     let time_ns = c.u64("lost")?;
-                    Item::Event(Event::Lost {
+                    Item::Event(Box::new(Event::Lost {
                         time_ns,
                         count: c.u64("lost")?,
-                    })
+                    }))
                 }
                 tag::TOTALS => {
                     let json = c.bytes("totals")?;
                     seen_totals = true;
-                    Item::Event(Event::Totals(
+                    Item::Event(Box::new(Event::Totals(
                         serde_json::from_slice(json).map_err(|_| DecodeFail("totals"))?,
-                    ))
+                    )))
                 }
                 _ => return Err(DecodeFail("record tag")),
             };
@@ -468,8 +474,8 @@ impl<R: Read> Reader<R> {
                 }
                 Item::Meta(m) => {
                     *seen_meta = true;
-                    self.meta = m.clone();
-                    events.push(Event::Metadata(m));
+                    self.meta = (*m).clone();
+                    events.push(Event::Metadata(*m));
                 }
                 Item::Comm(time_ns, pid, tid, name, exec) => events.push(Event::Comm {
                     time_ns,
@@ -479,11 +485,11 @@ impl<R: Read> Reader<R> {
                     exec,
                 }),
                 Item::Event(e) => {
-                    if let Event::Totals(t) = &e {
+                    if let Event::Totals(t) = &*e {
                         self.totals = Some(t.clone());
                         self.done = true;
                     }
-                    events.push(e);
+                    events.push(*e);
                 }
             }
         }

@@ -66,6 +66,11 @@ impl SymbolCache {
         self.dir.join(SUBDIR).join(format!("{}.sym", hex(build_id)))
     }
 
+    /// Whether an entry exists for `build_id` (not whether it is valid).
+    pub(crate) fn has(&self, build_id: &[u8]) -> bool {
+        !build_id.is_empty() && self.path(build_id).is_file()
+    }
+
     /// The cached table of the binary with `build_id`, if a valid one exists.
     pub(crate) fn load(&self, build_id: &[u8]) -> Option<AddressTable> {
         if build_id.is_empty() {

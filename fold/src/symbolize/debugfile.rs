@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use symbolic_debuginfo::elf::ElfObject;
 
-use super::elf::{build_id_matches, hex, read_elf};
+use super::elf::{build_id_matches, hex, read_elf, ElfFile};
 
 /// Where distributions install debug files.
 pub(crate) const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -33,13 +33,13 @@ pub(crate) fn build_id_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
 
 /// Finds and reads the debug file of the binary at `binary_path`, whose
 /// parsed object is `obj` and whose build id is `build_id` (may be empty).
-/// Returns the file's bytes; the caller parses them again to borrow from them.
+/// Returns the file as read; the caller parses it again to borrow from it.
 pub(crate) fn find(
     binary_path: &Path,
     obj: &ElfObject<'_>,
     build_id: &[u8],
     debug_dirs: &[PathBuf],
-) -> Option<Vec<u8>> {
+) -> Option<ElfFile> {
     for dir in debug_dirs {
         let Some(path) = build_id_path(dir, build_id) else {
             break;
@@ -66,18 +66,19 @@ pub(crate) fn find(
 
 /// Reads `path` when it is another file than the binary, parses as ELF, and
 /// is the same build: matching build id, or, without one, matching CRC.
-fn usable(path: &Path, binary_path: &Path, build_id: &[u8], crc: Option<u32>) -> Option<Vec<u8>> {
+fn usable(path: &Path, binary_path: &Path, build_id: &[u8], crc: Option<u32>) -> Option<ElfFile> {
     if same_file(path, binary_path) {
         return None;
     }
-    let data = read_elf(path).ok()?;
-    let obj = ElfObject::parse(&data).ok()?;
+    let file = read_elf(path).ok()?;
+    let obj = ElfObject::parse(&file.data).ok()?;
     let same_build = if build_id.is_empty() {
-        crc.is_some_and(|c| crc32fast::hash(&data) == c)
+        // The CRC covers the whole file, not what a sparse read kept.
+        crc.is_some_and(|c| std::fs::read(path).is_ok_and(|all| crc32fast::hash(&all) == c))
     } else {
         build_id_matches(&obj, build_id)
     };
-    (same_build && (obj.has_debug_info() || obj.has_symbols())).then_some(data)
+    (same_build && (obj.has_debug_info() || obj.has_symbols())).then_some(file)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

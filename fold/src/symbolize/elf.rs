@@ -6,13 +6,15 @@ use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use goblin::container::Ctx;
 use goblin::elf::header::{Header, ET_DYN, ET_EXEC};
 use goblin::elf::program_header::{ProgramHeader, PT_DYNAMIC, PT_INTERP, PT_LOAD, PT_NOTE};
 use goblin::elf::section_header::{SectionHeader, SHT_NOBITS, SHT_NULL, SHT_PROGBITS};
 use goblin::elf::Elf;
+use memmap2::MmapMut;
 use symbolic_debuginfo::elf::ElfObject;
 
 /// Why a module's file cannot be used for symbolization.
@@ -36,12 +38,54 @@ impl fmt::Display for Unusable {
     }
 }
 
+/// An ELF file read for symbolization.
+#[derive(Debug)]
+pub(crate) struct ElfFile {
+    /// The file's bytes, at their offsets; what symbolization does not look
+    /// at reads as zeros. An anonymous mapping: pages never written (most
+    /// of a big binary) are never backed, and nothing is zeroed by hand.
+    pub data: MmapMut,
+    /// The open file, when its DWARF sections were left on disk (they are
+    /// read by `sections` as far as a lookup needs them).
+    pub dwarf_on_disk: Option<Arc<File>>,
+    /// Where it was read from.
+    pub path: PathBuf,
+}
+
+impl PartialEq for ElfFile {
+    fn eq(&self, other: &Self) -> bool {
+        self.data[..] == other.data[..]
+    }
+}
+
 /// Reads the ELF executable or shared object at `path`.
 ///
 /// Paths come from the recording, so they are not trusted: only a regular
 /// file that starts like a loadable ELF image is read, and no more than its
 /// size says (no `/dev/zero`, FIFOs or `/proc/kcore`).
-pub(crate) fn read_elf(path: &Path) -> Result<Vec<u8>, Unusable> {
+pub(crate) fn read_elf(path: &Path) -> Result<ElfFile, Unusable> {
+    read_elf_parts(path, Parts::ForSymbols)
+}
+
+/// Reads only the headers of the ELF file at `path` (section contents, all
+/// left on disk, are read through `sections`); `None` when that is not
+/// possible (an unusual layout, or not a loadable ELF file).
+pub(crate) fn read_elf_headers(path: &Path) -> Option<ElfFile> {
+    read_elf_parts(path, Parts::Headers)
+        .ok()
+        .filter(|f| f.dwarf_on_disk.is_some())
+}
+
+/// How much of an ELF file to read up front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    /// Headers and section names only.
+    Headers,
+    /// Also symbol, string, note, dynamic and relocation sections.
+    ForSymbols,
+}
+
+fn read_elf_parts(path: &Path, parts: Parts) -> Result<ElfFile, Unusable> {
     let mut file = File::open(path).map_err(|_| Unusable::Missing)?;
     let meta = file.metadata().map_err(|_| Unusable::Missing)?;
     if !meta.is_file() {
@@ -53,28 +97,35 @@ pub(crate) fn read_elf(path: &Path) -> Result<Vec<u8>, Unusable> {
     if header.e_type != ET_EXEC && header.e_type != ET_DYN {
         return Err(Unusable::NotElf);
     }
-    if let Some(data) = read_sparse(&file, meta.len(), &header) {
-        return Ok(data);
+    if let Some(data) = read_sparse(&file, meta.len(), &header, parts) {
+        return Ok(ElfFile {
+            data,
+            dwarf_on_disk: Some(Arc::new(file)),
+            path: path.to_path_buf(),
+        });
     }
-    let mut data = Vec::new();
-    data.extend_from_slice(&head);
-    file.take(meta.len().saturating_sub(head.len() as u64))
-        .read_to_end(&mut data)
+    let mut data = zeroed(meta.len()).ok_or(Unusable::Missing)?;
+    file.read_exact_at(&mut data, 0)
         .map_err(|_| Unusable::Missing)?;
-    Ok(data)
+    Ok(ElfFile {
+        data,
+        dwarf_on_disk: None,
+        path: path.to_path_buf(),
+    })
 }
 
-/// Reads only what symbolization looks at — headers, symbol and string
-/// tables, notes, dynamic and relocation sections, DWARF and debug links —
+/// Reads only what symbolization looks at first — headers, symbol and
+/// string tables, notes, dynamic and relocation sections and debug links —
 /// into a zero-filled buffer the size of the file. Code and data sections,
-/// most of a big binary, are never read, and their pages never touched.
+/// most of a big binary, are never read, and their pages never touched;
+/// DWARF is read later, only as far as needed.
 /// `None` when the layout is unusual; the caller then reads everything.
-fn read_sparse(file: &File, len: u64, header: &Header) -> Option<Vec<u8>> {
+fn read_sparse(file: &File, len: u64, header: &Header, parts: Parts) -> Option<MmapMut> {
     let ctx = Ctx::new(header.container().ok()?, header.endianness().ok()?);
     if header.e_shnum == 0 {
         return None;
     }
-    let mut data = vec![0u8; usize::try_from(len).ok()?];
+    let mut data = zeroed(len)?;
     let fill = |data: &mut [u8], off: u64, size: u64| -> Option<()> {
         let end = off.checked_add(size).filter(|&e| e <= len)?;
         let range = usize::try_from(off).ok()?..usize::try_from(end).ok()?;
@@ -101,6 +152,9 @@ fn read_sparse(file: &File, len: u64, header: &Header) -> Option<Vec<u8>> {
     .ok()?;
     let names = sections.get(usize::from(header.e_shstrndx))?;
     fill(&mut data, names.sh_offset, names.sh_size)?;
+    if parts == Parts::Headers {
+        return Some(data);
+    }
     let mut wanted: Vec<(u64, u64)> = phdrs
         .iter()
         .filter(|p| matches!(p.p_type, PT_NOTE | PT_DYNAMIC | PT_INTERP))
@@ -127,28 +181,15 @@ fn read_sparse(file: &File, len: u64, header: &Header) -> Option<Vec<u8>> {
     Some(data)
 }
 
-/// The program-data sections symbolization reads: debug links and the DWARF
-/// sections `addr2line` uses (not location lists, macros, types, frames).
+/// `len` zero bytes that cost nothing until written.
+fn zeroed(len: u64) -> Option<MmapMut> {
+    MmapMut::map_anon(usize::try_from(len).ok()?.max(1)).ok()
+}
+
+/// The program-data sections read up front: debug links (DWARF is read
+/// on demand from the file).
 fn wanted_progbits(name: &[u8]) -> bool {
-    const DWARF: [&str; 10] = [
-        "abbrev",
-        "addr",
-        "aranges",
-        "info",
-        "line",
-        "line_str",
-        "ranges",
-        "rnglists",
-        "str",
-        "str_offsets",
-    ];
-    if name == b".gnu_debuglink" || name == b".gnu_debugaltlink" {
-        return true;
-    }
-    let rest = name
-        .strip_prefix(b".debug_")
-        .or_else(|| name.strip_prefix(b".zdebug_"));
-    rest.is_some_and(|r| DWARF.iter().any(|d| r == d.as_bytes()))
+    name == b".gnu_debuglink" || name == b".gnu_debugaltlink"
 }
 
 /// The NUL-terminated name at `at` (empty when out of bounds).
@@ -265,7 +306,7 @@ mod tests {
         assert_eq!(read_elf(Path::new("/dev/zero")), Err(Unusable::NotElf));
         assert_eq!(read_elf(Path::new("/")), Err(Unusable::NotElf));
         if let Ok(exe) = std::env::current_exe() {
-            let data = read_elf(&exe).map(|d| d.len()).ok();
+            let data = read_elf(&exe).map(|d| d.data.len()).ok();
             assert_eq!(data, std::fs::metadata(&exe).ok().map(|m| m.len() as usize));
         }
     }
@@ -291,6 +332,8 @@ mod tests {
         };
         let full = std::fs::read(&exe).expect("read");
         let sparse = read_elf(&exe).expect("read_elf");
+        assert!(sparse.dwarf_on_disk.is_some());
+        let sparse = sparse.data.to_vec();
         assert_eq!(full.len(), sparse.len());
         assert_ne!(full, sparse, "code sections are skipped");
         let (a, b) = (

@@ -100,7 +100,7 @@ fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Op
     // Without inlined frames the symbol table names the outer functions;
     // DWARF is only parsed to extend a table that already has it.
     let want_dwarf = inline || table.has_dwarf;
-    if let Err(why) = from_binary(m, dirs, want_dwarf, &mut table, offsets, missing) {
+    if let Err(why) = from_binary(ctx, m, dirs, want_dwarf, &mut table, offsets, missing) {
         return (table, Some(why));
     }
     if let Some(cache) = &ctx.cache {
@@ -122,6 +122,7 @@ fn debug_file_installed(dirs: &[PathBuf], build_id: &[u8]) -> bool {
 /// the binary's names come from another source than the table's (DWARF
 /// appeared or went away), the table starts over with all of `offsets`.
 fn from_binary(
+    ctx: &Context<'_>,
     m: &Module,
     dirs: &[PathBuf],
     want_dwarf: bool,
@@ -131,11 +132,11 @@ fn from_binary(
 ) -> Result<(), Unusable> {
     let path = Path::new(&m.path);
     let bin = elf::read_elf(path)?;
-    let obj = ElfObject::parse(&bin).map_err(|_| Unusable::NotElf)?;
+    let obj = ElfObject::parse(&bin.data).map_err(|_| Unusable::NotElf)?;
     if !elf::build_id_matches(&obj, &m.build_id) {
         return Err(Unusable::BuildIdMismatch);
     }
-    let debug_bytes = if obj.has_debug_info() {
+    let debug_file = if obj.has_debug_info() {
         None
     } else {
         let own_id;
@@ -147,10 +148,16 @@ fn from_binary(
         };
         debugfile::find(path, &obj, id, dirs)
     };
-    let debug_obj = debug_bytes
-        .as_deref()
-        .and_then(|d| ElfObject::parse(d).ok());
-    let binary = Binary::new(&bin, &obj, debug_obj.as_ref(), want_dwarf)?;
+    let debug_obj = debug_file
+        .as_ref()
+        .and_then(|d| Some((ElfObject::parse(&d.data).ok()?, d.dwarf_on_disk.clone())));
+    let binary = Binary::new(
+        &bin.data,
+        (&obj, bin.dwarf_on_disk.clone()),
+        debug_obj.as_ref().map(|(o, f)| (o, f.clone())),
+        want_dwarf,
+        debug_file.as_ref().and_then(|d| ctx.prefetch.take(&d.path)),
+    )?;
     if binary.has_dwarf() != table.has_dwarf || table.dwarf_skipped == want_dwarf {
         *table = AddressTable {
             has_dwarf: binary.has_dwarf(),

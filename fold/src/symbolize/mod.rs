@@ -17,10 +17,13 @@
 
 mod cache;
 mod debugfile;
+mod dwarf;
 mod elf;
 mod files;
 mod jit;
 mod kernel;
+mod prefetch;
+mod sections;
 mod symdata;
 
 use std::collections::HashMap;
@@ -33,11 +36,12 @@ use rayon::prelude::*;
 
 use crate::names::{basename, sanitize, unresolved};
 pub(crate) use cache::default_dir as default_cache_dir;
-use cache::SymbolCache;
+pub(crate) use cache::SymbolCache;
 pub(crate) use debugfile::DEFAULT_DEBUG_DIR;
 use elf::Unusable;
 use jit::JitMaps;
 use kernel::KernelTable;
+pub(crate) use prefetch::Prefetch;
 
 /// Index into [`Symbols::functions`].
 pub(crate) type FuncId = u32;
@@ -91,7 +95,12 @@ struct ModuleOutcome {
 }
 
 /// Symbolizes `used` (distinct frame ids) against `tables`.
-pub(crate) fn symbolize(tables: &Tables, used: &[FrameId], opts: &NameOptions) -> Symbols {
+pub(crate) fn symbolize(
+    tables: &Tables,
+    used: &[FrameId],
+    opts: &NameOptions,
+    prefetch: &Prefetch,
+) -> Symbols {
     let mut by_module: HashMap<ModuleId, Vec<(FrameId, u64)>> = HashMap::new();
     for &id in used {
         if let Some(f) = tables.frames.get(id as usize) {
@@ -113,6 +122,7 @@ pub(crate) fn symbolize(tables: &Tables, used: &[FrameId], opts: &NameOptions) -
         cache: opts.cache_dir.clone().map(SymbolCache::new),
         cache_error: Mutex::new(None),
         opts,
+        prefetch,
     };
     // Biggest binaries first, each worker taking the next one when done: a
     // huge debug file started last would otherwise be the whole wait.
@@ -154,6 +164,8 @@ struct Context<'t> {
     /// The first failure to write the cache (one warning is enough).
     cache_error: Mutex<Option<String>>,
     opts: &'t NameOptions,
+    /// Debug info inflated ahead.
+    prefetch: &'t Prefetch,
 }
 
 /// Bytes a module's symbolization may read: its file and build-id debug file.

@@ -2,26 +2,20 @@
 //! and, when present, its DWARF (own or from a separate debug file) for the
 //! functions inlined at each address.
 //!
-//! DWARF is read lazily with `addr2line`: only the compilation units that
-//! hold looked-up addresses are parsed, so a sample in three functions of
-//! libc does not pay for all of libc's debug info. A [`Binary`] is shared by
-//! the threads that look up its addresses; each chunk of addresses gets its
-//! own `addr2line` context (they are not `Sync`), which also spreads one big
-//! binary over several threads. Sections are decompressed once, in parallel.
+//! DWARF is read by `dwarf` as far as the looked-up addresses need: a sample
+//! in three functions of libc does not pay for all of libc's debug info.
+//! A [`Binary`] is shared by the threads that look up its addresses.
 
-use std::borrow::Cow;
+use std::fs::File;
+use std::sync::Arc;
 
-use gimli::{EndianSlice, RunTimeEndian, SectionId};
-use rayon::prelude::*;
 use symbolic_common::{Language, Name, NameMangling};
-use symbolic_debuginfo::dwarf::Dwarf;
 use symbolic_debuginfo::elf::ElfObject;
 use symbolic_debuginfo::SymbolMap;
 
+use super::dwarf::DwarfFile;
 use super::elf::{file_offset_to_vaddr, load_segments, Segment, Unusable};
-
-/// Inline nesting deeper than this is cut (a guard against broken DWARF).
-const MAX_INLINE_DEPTH: usize = 64;
+use super::sections::Reader;
 
 /// A function name as stored: possibly mangled, with its source language.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,11 +27,20 @@ pub(crate) struct RawName {
 }
 
 impl RawName {
-    fn new(name: impl Into<String>, language: Language) -> Self {
+    pub(crate) fn new(name: impl Into<String>, language: Language) -> Self {
         RawName {
             name: name.into(),
             language: language as u32,
         }
+    }
+
+    /// Whether this name is `short` with its path: `a::b::f` for `f`.
+    pub(crate) fn qualifies(&self, short: &RawName) -> bool {
+        let full = self.demangle();
+        let short = short.demangle();
+        full.len() > short.len()
+            && full.ends_with(short.as_str())
+            && full[..full.len() - short.len()].ends_with("::")
     }
 
     /// The demangled display name: Rust paths without hash, C++ names with
@@ -52,89 +55,41 @@ impl RawName {
     }
 }
 
-/// The DWARF sections `addr2line` reads, decompressed.
-struct Sections<'d> {
-    data: Vec<(SectionId, Cow<'d, [u8]>)>,
-    endian: RunTimeEndian,
-}
-
-impl<'d> Sections<'d> {
-    fn load(obj: &ElfObject<'d>) -> Self {
-        const IDS: [SectionId; 10] = [
-            SectionId::DebugAbbrev,
-            SectionId::DebugAddr,
-            SectionId::DebugAranges,
-            SectionId::DebugInfo,
-            SectionId::DebugLine,
-            SectionId::DebugLineStr,
-            SectionId::DebugRanges,
-            SectionId::DebugRngLists,
-            SectionId::DebugStr,
-            SectionId::DebugStrOffsets,
-        ];
-        // symbolic names sections without the leading dot and decompresses
-        // them (SHF_COMPRESSED and .zdebug); the big ones in parallel.
-        let data = IDS
-            .par_iter()
-            .filter_map(|&id| {
-                let name = id.name().trim_start_matches('.');
-                Some((id, obj.section(name)?.data))
-            })
-            .collect();
-        Sections {
-            data,
-            // symbolic's `Endian` is gimli's `RunTimeEndian`.
-            endian: obj.endianity(),
-        }
-    }
-
-    fn get(&self, id: SectionId) -> EndianSlice<'_, RunTimeEndian> {
-        let bytes = self
-            .data
-            .iter()
-            .find(|(i, _)| *i == id)
-            .map_or(&[][..], |(_, d)| &d[..]);
-        EndianSlice::new(bytes, self.endian)
-    }
-
-    fn context(&self) -> Option<addr2line::Context<EndianSlice<'_, RunTimeEndian>>> {
-        let dwarf = gimli::Dwarf::load(|id| Ok::<_, gimli::Error>(self.get(id))).ok()?;
-        addr2line::Context::from_dwarf(dwarf).ok()
-    }
-}
-
 /// A binary ready for lookups by file offset.
-pub(crate) struct Binary<'d> {
+pub(crate) struct Binary<'a, 'd> {
     segments: Vec<Segment>,
     /// What symbol-table addresses are relative to.
     load_address: u64,
-    symbols: SymbolMap<'d>,
-    dwarf: Option<Sections<'d>>,
+    /// Where the symbol table comes from (read at the first lookup, while
+    /// DWARF inflates on another thread).
+    symbol_source: &'a ElfObject<'d>,
+    dwarf: Option<DwarfFile<'d>>,
 }
 
-impl<'d> Binary<'d> {
+impl<'a, 'd> Binary<'a, 'd> {
     /// `binary` is the mapped file (its segments count); symbols and DWARF
     /// come from `debug` (a separate debug file) when given, else from it.
+    /// Each object comes with its open file when its DWARF is still on disk.
     /// Without `want_dwarf`, only the symbol table is used.
     pub(crate) fn new(
         binary: &[u8],
-        obj: &ElfObject<'d>,
-        debug: Option<&ElfObject<'d>>,
+        obj: (&'a ElfObject<'d>, Option<Arc<File>>),
+        debug: Option<(&'a ElfObject<'d>, Option<Arc<File>>)>,
         want_dwarf: bool,
+        prefetched: Option<Reader<'static>>,
     ) -> Result<Self, Unusable> {
         let segments = load_segments(binary).ok_or(Unusable::NotElf)?;
-        let src = debug.unwrap_or(obj);
+        let own = obj.0;
+        let (src, src_file) = debug.unwrap_or(obj);
         // A stripped debug file may lack .symtab; the binary's .dynsym then helps.
-        let symbols = if src.has_symbols() {
-            src.symbol_map()
-        } else {
-            obj.symbol_map()
-        };
+        let symbol_source = if src.has_symbols() { src } else { own };
         Ok(Binary {
             segments,
             load_address: src.load_address(),
-            symbols,
-            dwarf: (want_dwarf && src.has_debug_info()).then(|| Sections::load(src)),
+            symbol_source,
+            dwarf: want_dwarf
+                .then(|| DwarfFile::new(src.data(), src_file, prefetched))
+                .flatten(),
         })
     }
 
@@ -147,83 +102,50 @@ impl<'d> Binary<'d> {
     /// function holding the code, then the functions DWARF says were inlined
     /// into it there, down to the innermost. Empty when nothing covers it.
     pub(crate) fn lookup_all(&self, file_offsets: &[u64]) -> Vec<Vec<RawName>> {
-        let threads = rayon::current_num_threads().max(1);
-        let chunk = file_offsets.len().div_ceil(threads * 2).max(256);
-        file_offsets
-            .par_chunks(chunk)
-            .flat_map_iter(|c| {
-                // One context per chunk: addr2line contexts are not Sync.
-                let ctx = self.dwarf.as_ref().and_then(Sections::context);
-                c.iter()
-                    .map(|&off| self.lookup(ctx.as_ref(), off))
-                    .collect::<Vec<_>>()
+        // 0 for offsets outside every segment: no DWARF range starts at 0.
+        let vaddrs: Vec<u64> = file_offsets
+            .iter()
+            .map(|&off| file_offset_to_vaddr(&self.segments, off).unwrap_or(0))
+            .collect();
+        let (dwarf, symbols) = rayon::join(
+            || match &self.dwarf {
+                Some(d) => d.frames(&vaddrs),
+                None => vec![None; vaddrs.len()],
+            },
+            || self.symbol_source.symbol_map(),
+        );
+        vaddrs
+            .iter()
+            .zip(dwarf)
+            .map(|(&vaddr, frames)| match frames {
+                Some(mut f) => {
+                    // DWARF without linkage names (Rust's line-tables-only
+                    // debug info) names the outer function without its path;
+                    // the symbol table has the same function in full.
+                    if let (Some(outer), Some(sym)) = (f.first_mut(), self.symbol(&symbols, vaddr))
+                    {
+                        if sym.name != outer.name && sym.qualifies(outer) {
+                            *outer = sym;
+                        }
+                    }
+                    f
+                }
+                None if vaddr == 0 => Vec::new(),
+                None => self.symbol(&symbols, vaddr).into_iter().collect(),
             })
             .collect()
     }
 
-    fn lookup(
-        &self,
-        ctx: Option<&addr2line::Context<EndianSlice<'_, RunTimeEndian>>>,
-        file_offset: u64,
-    ) -> Vec<RawName> {
-        let Some(vaddr) = file_offset_to_vaddr(&self.segments, file_offset) else {
-            return Vec::new();
-        };
-        if let Some(frames) = ctx.and_then(|c| dwarf_frames(c, vaddr)) {
-            return frames;
-        }
-        self.symbol(vaddr).into_iter().collect()
-    }
-
     /// The symbol-table function covering `vaddr`.
-    fn symbol(&self, vaddr: u64) -> Option<RawName> {
+    fn symbol(&self, symbols: &SymbolMap<'_>, vaddr: u64) -> Option<RawName> {
         let rel = vaddr.checked_sub(self.load_address)?;
-        let idx = self.symbols.partition_point(|s| s.address <= rel);
-        let sym = self.symbols.get(idx.checked_sub(1)?)?;
+        let idx = symbols.partition_point(|s| s.address <= rel);
+        let sym = symbols.get(idx.checked_sub(1)?)?;
         // Only the last symbol can lack a size (the map derives the others
         // from their successor); like perf, it then covers the rest.
         let inside = sym.size == 0 || rel - sym.address < sym.size;
         let name = sym.name()?;
         inside.then(|| RawName::new(name, Language::Unknown))
-    }
-}
-
-/// DWARF's functions at `vaddr`, outermost first; `None` when DWARF does not
-/// name a function there (the symbol table may still).
-fn dwarf_frames(
-    ctx: &addr2line::Context<EndianSlice<'_, RunTimeEndian>>,
-    vaddr: u64,
-) -> Option<Vec<RawName>> {
-    let mut iter = ctx.find_frames(vaddr).skip_all_loads().ok()?;
-    let mut out = Vec::new();
-    while let Ok(Some(frame)) = iter.next() {
-        if out.len() == MAX_INLINE_DEPTH {
-            break;
-        }
-        let Some(f) = frame.function else { continue };
-        let Ok(name) = f.raw_name() else { continue };
-        out.push(RawName::new(name, language(f.language)));
-    }
-    if out.is_empty() {
-        return None;
-    }
-    out.reverse();
-    Some(out)
-}
-
-fn language(lang: Option<gimli::DwLang>) -> Language {
-    match lang {
-        Some(gimli::DW_LANG_Rust) => Language::Rust,
-        Some(
-            gimli::DW_LANG_C_plus_plus
-            | gimli::DW_LANG_C_plus_plus_03
-            | gimli::DW_LANG_C_plus_plus_11
-            | gimli::DW_LANG_C_plus_plus_14,
-        ) => Language::Cpp,
-        Some(gimli::DW_LANG_C | gimli::DW_LANG_C89 | gimli::DW_LANG_C99 | gimli::DW_LANG_C11) => {
-            Language::C
-        }
-        _ => Language::Unknown,
     }
 }
 
@@ -241,11 +163,21 @@ mod tests {
         let exe = std::env::current_exe().expect("exe");
         let data = std::fs::read(exe).expect("read");
         let obj = ElfObject::parse(&data).expect("parse");
-        let bin = Binary::new(&data, &obj, None, true).expect("binary");
+        let bin = Binary::new(&data, (&obj, None), None, true, None).expect("binary");
         assert!(bin.has_dwarf(), "test binaries are built with debug info");
         let out = bin.lookup_all(&[u64::MAX, 0]);
         assert_eq!(out.len(), 2);
         assert!(out[0].is_empty());
+    }
+
+    #[test]
+    fn a_path_qualifies_a_bare_name() {
+        let full = RawName::new("_ZN4core3fmt5write17h0123456789abcdefE", Language::Unknown);
+        assert!(full.qualifies(&RawName::new("write", Language::Rust)));
+        assert!(!full.qualifies(&RawName::new("rite", Language::Rust)));
+        assert!(!full.qualifies(&RawName::new("core::fmt::write", Language::Rust)));
+        let c = RawName::new("__GI_munmap", Language::Unknown);
+        assert!(!c.qualifies(&RawName::new("munmap", Language::C)));
     }
 
     #[test]

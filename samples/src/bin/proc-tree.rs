@@ -3,11 +3,12 @@
 //!
 //! Usage: `proc-tree [--units N]` (default: about one second of CPU on a modern core, in all).
 //!
-//! The process started by the user (the parent) runs `proc_tree_parent` on 4/20 of the
-//! units, then starts itself as a child process (`--role child`: fork + exec, through
-//! `std::process::Command`) that runs `proc_tree_child` on 6/20 and waits for it, then runs
-//! the shell pipeline `sh -c 'proc-tree --role producer … | proc-tree --role consumer'`
-//! and waits for it. The producer runs `proc_tree_producer` on 5/20 of the units in chunks,
+//! The process started by the user (the parent) starts itself as a child process
+//! (`--role child`: fork + exec, through `std::process::Command`) that runs
+//! `proc_tree_child` on 6/20 of the units, and the shell pipeline
+//! `sh -c 'proc-tree --role producer … | proc-tree --role consumer'`, runs
+//! `proc_tree_parent` on 4/20 meanwhile, and waits for both (all four at once, so a change
+//! in the machine's speed during the run skews none of their shares). The producer runs `proc_tree_producer` on 5/20 of the units in chunks,
 //! writing one line per chunk with the chunk's size; the consumer reads the lines and runs
 //! `proc_tree_consumer` on as many units as each says, 5/20 in all. So a profile's shares
 //! are, per process and per function: parent 20%, child 30%, producer 25%, consumer 25%
@@ -174,22 +175,24 @@ fn check(what: &str, status: ExitStatus) -> io::Result<()> {
 
 fn run_parent(units: u64) -> io::Result<u64> {
     let twentieth = units.div_ceil(20);
-    let checksum = black_box(proc_tree_parent(twentieth * PARENT_TWENTIETHS));
     let exe = std::env::current_exe()?;
-    let child = Command::new(&exe)
+    // The child and the pipeline run while the parent works: all four processes share the
+    // machine at the same time, so a change in its speed (a busy host) skews none of them.
+    let mut child = Command::new(&exe)
         .args(["--role", "child", "--units"])
         .arg((twentieth * CHILD_TWENTIETHS).to_string())
-        .status()?;
-    check("the child process", child)?;
+        .spawn()?;
     // Both halves get the same number of units: the consumer runs what the producer sends.
     debug_assert_eq!(PRODUCER_TWENTIETHS, CONSUMER_TWENTIETHS);
-    let exe = shell_quote(&exe);
+    let quoted = shell_quote(&exe);
     let pipeline = format!(
-        "{exe} --role producer --units {} | {exe} --role consumer",
+        "{quoted} --role producer --units {} | {quoted} --role consumer",
         twentieth * PRODUCER_TWENTIETHS
     );
-    let status = Command::new("sh").arg("-c").arg(&pipeline).status()?;
-    check("the pipeline", status)?;
+    let mut shell = Command::new("sh").arg("-c").arg(&pipeline).spawn()?;
+    let checksum = black_box(proc_tree_parent(twentieth * PARENT_TWENTIETHS));
+    check("the child process", child.wait()?)?;
+    check("the pipeline", shell.wait()?)?;
     Ok(checksum)
 }
 
