@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io;
 
 use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, Writer};
+use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::{StackUnwinder, UserRegs};
 
 use crate::kallsyms::{is_sampling_path, is_scheduler, AddressRanges, Kallsyms};
@@ -343,33 +344,22 @@ impl<W: io::Write> State<W> {
         self.seen(s.pid, s.tid);
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
-        let mut context = 0u64;
-        let mut first_in_context = true;
         let mut trimming = true;
-        for ip in s.callchain() {
-            if ip >= sys::PERF_CONTEXT_MAX {
-                context = ip;
-                first_in_context = true;
-                continue;
-            }
-            // Caller frames hold return addresses: step back into the call.
-            let addr = if first_in_context {
-                ip
-            } else {
-                ip.wrapping_sub(1)
-            };
-            first_in_context = false;
-            if context == sys::PERF_CONTEXT_KERNEL {
-                if trimming && self.trimmed(addr) {
-                    continue;
+        for (side, addr) in callchain::frames(s.callchain(), None) {
+            match side {
+                Side::Kernel => {
+                    if trimming && self.trimmed(addr) {
+                        continue;
+                    }
+                    trimming = false;
+                    let f = self.kernel_frame(addr);
+                    frames.push(f);
                 }
-                trimming = false;
-                let f = self.kernel_frame(addr);
-                frames.push(f);
-            } else if context == sys::PERF_CONTEXT_USER {
-                trimming = false;
-                let frame = self.user_frame(s.pid, addr);
-                frames.push(frame);
+                Side::User => {
+                    trimming = false;
+                    let frame = self.user_frame(s.pid, addr);
+                    frames.push(frame);
+                }
             }
         }
         if let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) {

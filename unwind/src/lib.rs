@@ -9,6 +9,7 @@
 //! caller. Pure Rust, no unsafe.
 #![forbid(unsafe_code)]
 
+pub mod callchain;
 mod elf;
 
 use std::collections::{BTreeMap, HashMap};

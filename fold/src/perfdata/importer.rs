@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, Sample, Writer};
+use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::{StackUnwinder, UserRegs};
 use linux_perf_data::linux_perf_event_reader::constants::{
     PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
@@ -11,9 +12,6 @@ use linux_perf_data::linux_perf_event_reader::constants::{
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord, Mmap2FileId, SampleRecord};
 
 /// Callchain entries at or above this are context markers.
-const PERF_CONTEXT_MAX: u64 = (-4095i64) as u64;
-const PERF_CONTEXT_KERNEL: u64 = (-128i64) as u64;
-const PERF_CONTEXT_USER: u64 = (-512i64) as u64;
 /// `PROT_EXEC` in an MMAP2 record's protection.
 const PROT_EXEC: u32 = 4;
 
@@ -132,22 +130,11 @@ impl Importer {
                 self.user_pushed = 0;
                 match &s.callchain {
                     Some(chain) => {
-                        let mut context = PERF_CONTEXT_USER;
-                        let mut first = true;
-                        for i in 0..chain.len() {
-                            let Some(ip) = chain.get(i) else { break };
-                            if ip >= PERF_CONTEXT_MAX {
-                                context = ip;
-                                first = true;
-                                continue;
-                            }
-                            // Callers hold return addresses: step back into the call.
-                            let addr = if first { ip } else { ip.wrapping_sub(1) };
-                            first = false;
-                            if context == PERF_CONTEXT_KERNEL {
-                                self.push_kernel(addr);
-                            } else if context == PERF_CONTEXT_USER {
-                                self.push_user(pid, addr);
+                        let entries = (0..chain.len()).map_while(|i| chain.get(i));
+                        for (side, addr) in callchain::frames(entries, Some(Side::User)) {
+                            match side {
+                                Side::Kernel => self.push_kernel(addr),
+                                Side::User => self.push_user(pid, addr),
                             }
                         }
                     }

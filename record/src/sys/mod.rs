@@ -24,12 +24,14 @@ pub const MISC_SWITCH_OUT_PREEMPT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT 
 pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;
 /// `PERF_RECORD_MISC_COMM_EXEC`: a COMM record comes from an exec.
 pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
-/// Callchain entries at or above this value are context markers.
-pub const PERF_CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;
-/// Marker: the following callchain entries are kernel addresses.
-pub const PERF_CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL;
-/// Marker: the following callchain entries are user addresses.
-pub const PERF_CONTEXT_USER: u64 = b::PERF_CONTEXT_USER;
+// The callchain markers live in flamerec_unwind::callchain, shared with the
+// perf.data import; they must be the kernel's.
+const _: () = {
+    use flamerec_unwind::callchain as c;
+    assert!(c::PERF_CONTEXT_MAX == b::PERF_CONTEXT_MAX);
+    assert!(c::PERF_CONTEXT_KERNEL == b::PERF_CONTEXT_KERNEL);
+    assert!(c::PERF_CONTEXT_USER == b::PERF_CONTEXT_USER);
+};
 
 /// Sample fields flamerec asks for.
 pub mod sample {
