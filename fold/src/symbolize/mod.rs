@@ -25,6 +25,7 @@ mod kernel;
 mod prefetch;
 mod sections;
 mod symdata;
+mod symtab;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,4 +1,5 @@
-//! The symbols of one binary: its symbol table (`.symtab`, else `.dynsym`)
+//! The symbols of one binary: its symbol tables (`.symtab` and `.dynsym`,
+//! read by `symtab`)
 //! and, when present, its DWARF (own or from a separate debug file) for the
 //! functions inlined at each address.
 //!
@@ -11,11 +12,11 @@ use std::sync::Arc;
 
 use symbolic_common::{Language, Name, NameMangling};
 use symbolic_debuginfo::elf::ElfObject;
-use symbolic_debuginfo::SymbolMap;
 
 use super::dwarf::DwarfFile;
 use super::elf::{file_offset_to_vaddr, load_segments, Segment, Unusable};
 use super::sections::Reader;
+use super::symtab::function_names;
 
 /// A function name as stored: possibly mangled, with its source language.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -112,18 +113,18 @@ impl<'a, 'd> Binary<'a, 'd> {
                 Some(d) => d.frames(&vaddrs),
                 None => vec![None; vaddrs.len()],
             },
-            || self.symbol_source.symbol_map(),
+            || self.symbols(&vaddrs),
         );
         vaddrs
             .iter()
             .zip(dwarf)
-            .map(|(&vaddr, frames)| match frames {
+            .zip(symbols)
+            .map(|((&vaddr, frames), sym)| match frames {
                 Some(mut f) => {
                     // DWARF without linkage names (Rust's line-tables-only
                     // debug info) names the outer function without its path;
                     // the symbol table has the same function in full.
-                    if let (Some(outer), Some(sym)) = (f.first_mut(), self.symbol(&symbols, vaddr))
-                    {
+                    if let (Some(outer), Some(sym)) = (f.first_mut(), sym) {
                         if sym.name != outer.name && sym.qualifies(outer) {
                             *outer = sym;
                         }
@@ -131,21 +132,27 @@ impl<'a, 'd> Binary<'a, 'd> {
                     f
                 }
                 None if vaddr == 0 => Vec::new(),
-                None => self.symbol(&symbols, vaddr).into_iter().collect(),
+                None => sym.into_iter().collect(),
             })
             .collect()
     }
 
-    /// The symbol-table function covering `vaddr`.
-    fn symbol(&self, symbols: &SymbolMap<'_>, vaddr: u64) -> Option<RawName> {
-        let rel = vaddr.checked_sub(self.load_address)?;
-        let idx = symbols.partition_point(|s| s.address <= rel);
-        let sym = symbols.get(idx.checked_sub(1)?)?;
-        // Only the last symbol can lack a size (the map derives the others
-        // from their successor); like perf, it then covers the rest.
-        let inside = sym.size == 0 || rel - sym.address < sym.size;
-        let name = sym.name()?;
-        inside.then(|| RawName::new(name, Language::Unknown))
+    /// The symbol-table functions covering `vaddrs`.
+    fn symbols(&self, vaddrs: &[u64]) -> Vec<Option<RawName>> {
+        let src = self.symbol_source;
+        // Below the load address nothing is covered; u64::MAX is never asked.
+        let rels: Vec<u64> = vaddrs
+            .iter()
+            .map(|v| v.checked_sub(self.load_address).unwrap_or(u64::MAX))
+            .collect();
+        function_names(src.data(), src.load_address(), &rels)
+            .into_iter()
+            .zip(vaddrs)
+            .map(|(name, &v)| {
+                let name = name.filter(|_| v >= self.load_address)?;
+                Some(RawName::new(name, Language::Unknown))
+            })
+            .collect()
     }
 }
 
