@@ -138,12 +138,12 @@ pub(crate) fn build(
 
     let mut functions: Vec<FunctionStats> = symbols
         .functions
-        .iter()
+        .into_iter()
         .zip(self_w.iter().zip(&total_w))
         .filter(|(_, (_, &t))| t > 0)
         .map(|(f, (&s, &t))| FunctionStats {
-            name: f.name.clone(),
-            module: f.module.clone(),
+            name: f.name,
+            module: f.module,
             self_weight: s,
             total_weight: t,
         })

@@ -202,7 +202,7 @@ fn merge(tables: &Tables, outcomes: Vec<ModuleOutcome>) -> Symbols {
         frames: vec![Vec::new(); tables.frames.len()],
         ..Default::default()
     };
-    let mut ids: HashMap<Function, FuncId> = HashMap::new();
+    let mut ids: rustc_hash::FxHashMap<Function, FuncId> = Default::default();
     let (mut bad_modules, mut mismatched, mut bad_frames) = (0usize, 0usize, 0usize);
     for outcome in outcomes {
         if let Some(why) = outcome.unusable {
@@ -216,21 +216,32 @@ fn merge(tables: &Tables, outcomes: Vec<ModuleOutcome>) -> Symbols {
             .functions
             .into_iter()
             .map(|f| {
-                *ids.entry(f).or_insert_with_key(|f| {
-                    out.functions.push(f.clone());
-                    (out.functions.len() - 1) as FuncId
-                })
+                let next = ids.len() as FuncId;
+                *ids.entry(f).or_insert(next)
             })
             .collect();
-        for (frame, locals) in outcome.frames {
+        for (frame, mut locals) in outcome.frames {
             if let Some(slot) = out.frames.get_mut(frame as usize) {
-                *slot = locals
-                    .iter()
-                    .filter_map(|&l| global.get(l as usize).copied())
-                    .collect();
+                // Module-local ids become global ones in place.
+                locals.retain_mut(|l| match global.get(*l as usize) {
+                    Some(&g) => {
+                        *l = g;
+                        true
+                    }
+                    None => false,
+                });
+                *slot = locals;
             }
         }
     }
+    // Ids were handed out in order: each key goes to its place, uncloned.
+    let mut functions: Vec<Option<Function>> = vec![None; ids.len()];
+    for (f, id) in ids {
+        if let Some(slot) = functions.get_mut(id as usize) {
+            *slot = Some(f);
+        }
+    }
+    out.functions = functions.into_iter().flatten().collect();
     if bad_modules > 0 {
         let s = if bad_modules == 1 { "y" } else { "ies" };
         out.warnings.push(format!(
