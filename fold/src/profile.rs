@@ -6,6 +6,7 @@
 //! deterministic ordering of everything it returns. It does no I/O.
 
 // Keys are our own strings and ids: a fast hash is safe here.
+use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
 use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
@@ -85,56 +86,24 @@ pub(crate) fn build(
     // Same stack next to each other, so its frames are expanded once.
     entries.sort_unstable_by_key(|&((root, stack), _)| (stack, root));
 
-    let mut lines: HashMap<String, u64> =
-        HashMap::with_capacity_and_hasher(entries.len(), Default::default());
-    let mut self_w = vec![0u64; symbols.functions.len()];
-    let mut total_w = vec![0u64; symbols.functions.len()];
-    // `stamp[f] == generation` marks functions already counted for this stack.
-    let mut stamp = vec![usize::MAX; symbols.functions.len()];
-    let mut funcs: Vec<FuncId> = Vec::new();
-    let mut tail = String::new();
-    let mut current: Option<StackId> = None;
     let root_names: Vec<String> = agg.names.iter().map(|n| sanitize_root(n)).collect();
-
-    for (generation, ((root, stack), weight)) in entries.into_iter().enumerate() {
-        if current != Some(stack) {
-            current = Some(stack);
-            expand(tables, &symbols, stack, &mut funcs);
-            tail.clear();
-            for &f in &funcs {
-                tail.push(';');
-                if let Some(func) = symbols.functions.get(f as usize) {
-                    tail.push_str(&func.name);
-                }
-            }
-        }
-        let root_name = root_names
-            .get(root as usize)
-            .map_or(UNKNOWN, String::as_str);
-        let mut line = String::with_capacity(root_name.len() + tail.len());
-        line.push_str(root_name);
-        line.push_str(&tail);
-        let c = lines.entry(line).or_insert(0);
-        *c = c.saturating_add(weight);
-
-        if let Some(&leaf) = funcs.last() {
-            if let Some(s) = self_w.get_mut(leaf as usize) {
-                *s = s.saturating_add(weight);
-            }
-        }
-        for &f in &funcs {
-            let i = f as usize;
-            if let (Some(st), Some(t)) = (stamp.get_mut(i), total_w.get_mut(i)) {
-                if *st != generation {
-                    *st = generation;
-                    *t = t.saturating_add(weight);
-                }
-            }
-        }
-    }
+    // Chunks of stacks fold in parallel; their lines and weights add up.
+    let chunk = entries
+        .len()
+        .div_ceil(rayon::current_num_threads() * 4)
+        .max(1024);
+    let Folded {
+        lines,
+        self_w,
+        total_w,
+    } = entries
+        .par_chunks(chunk)
+        .map(|part| fold_entries(tables, &symbols, &root_names, part))
+        .reduce_with(Folded::add)
+        .unwrap_or_else(|| Folded::new(symbols.functions.len(), 0));
 
     let mut stacks: Vec<(String, u64)> = lines.into_iter().collect();
-    stacks.sort_unstable();
+    stacks.par_sort_unstable();
 
     let mut functions: Vec<FunctionStats> = symbols
         .functions
@@ -183,6 +152,96 @@ pub(crate) fn build(
         functions,
         ..Default::default()
     }
+}
+
+/// Folded lines and per-function weights of some stacks.
+struct Folded {
+    lines: HashMap<String, u64>,
+    /// Per function: weight of the samples it is the leaf of.
+    self_w: Vec<u64>,
+    /// Per function: weight of the samples it is in (once per sample).
+    total_w: Vec<u64>,
+}
+
+impl Folded {
+    fn new(functions: usize, lines: usize) -> Self {
+        Folded {
+            lines: HashMap::with_capacity_and_hasher(lines, Default::default()),
+            self_w: vec![0; functions],
+            total_w: vec![0; functions],
+        }
+    }
+
+    /// Both parts' lines and weights, summed.
+    fn add(mut self, mut other: Folded) -> Folded {
+        if other.lines.len() > self.lines.len() {
+            std::mem::swap(&mut self, &mut other);
+        }
+        for (line, w) in other.lines {
+            let c = self.lines.entry(line).or_insert(0);
+            *c = c.saturating_add(w);
+        }
+        for (a, b) in self.self_w.iter_mut().zip(&other.self_w) {
+            *a = a.saturating_add(*b);
+        }
+        for (a, b) in self.total_w.iter_mut().zip(&other.total_w) {
+            *a = a.saturating_add(*b);
+        }
+        self
+    }
+}
+
+/// Folds `entries` (sorted by stack): each stack is expanded once and its
+/// line made for each root.
+fn fold_entries(
+    tables: &Tables,
+    symbols: &Symbols,
+    root_names: &[String],
+    entries: &[((NameId, StackId), u64)],
+) -> Folded {
+    let mut out = Folded::new(symbols.functions.len(), entries.len());
+    // `stamp[f] == generation` marks functions already counted for this entry.
+    let mut stamp = vec![usize::MAX; symbols.functions.len()];
+    let mut funcs: Vec<FuncId> = Vec::new();
+    let mut tail = String::new();
+    let mut current: Option<StackId> = None;
+    for (generation, &((root, stack), weight)) in entries.iter().enumerate() {
+        if current != Some(stack) {
+            current = Some(stack);
+            expand(tables, symbols, stack, &mut funcs);
+            tail.clear();
+            for &f in &funcs {
+                tail.push(';');
+                if let Some(func) = symbols.functions.get(f as usize) {
+                    tail.push_str(&func.name);
+                }
+            }
+        }
+        let root_name = root_names
+            .get(root as usize)
+            .map_or(UNKNOWN, String::as_str);
+        let mut line = String::with_capacity(root_name.len() + tail.len());
+        line.push_str(root_name);
+        line.push_str(&tail);
+        let c = out.lines.entry(line).or_insert(0);
+        *c = c.saturating_add(weight);
+
+        if let Some(&leaf) = funcs.last() {
+            if let Some(s) = out.self_w.get_mut(leaf as usize) {
+                *s = s.saturating_add(weight);
+            }
+        }
+        for &f in &funcs {
+            let i = f as usize;
+            if let (Some(st), Some(t)) = (stamp.get_mut(i), out.total_w.get_mut(i)) {
+                if *st != generation {
+                    *st = generation;
+                    *t = t.saturating_add(weight);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The distinct frames under the given leaves, each stack node visited once.
