@@ -5,8 +5,8 @@
 //! per function, however often the function stands in its stack) and the
 //! deterministic ordering of everything it returns. It does no I/O.
 
-// Keys are our own strings and ids: a fast hash is safe here.
 use rayon::prelude::*;
+// Keys are our own strings and ids: a fast hash is safe here.
 use rustc_hash::FxHashMap as HashMap;
 
 use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};

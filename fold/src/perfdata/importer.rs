@@ -11,7 +11,6 @@ use linux_perf_data::linux_perf_event_reader::constants::{
 };
 use linux_perf_data::linux_perf_event_reader::{CpuMode, EventRecord, Mmap2FileId, SampleRecord};
 
-/// Callchain entries at or above this are context markers.
 /// `PROT_EXEC` in an MMAP2 record's protection.
 const PROT_EXEC: u32 = 4;
 

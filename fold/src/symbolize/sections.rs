@@ -441,9 +441,7 @@ impl<'d> Sections<'d> {
     /// offsets); section contents come from `file` when given. `None` when
     /// it is not a usable ELF image.
     pub(crate) fn parse(data: &'d [u8], file: Option<Arc<File>>) -> Option<Self> {
-        let header = Elf::parse_header(data).ok()?;
-        let ctx = Ctx::new(header.container().ok()?, header.endianness().ok()?);
-        let headers = section_headers(data, &header, ctx)?;
+        let (header, ctx, headers) = elf_section_headers(data)?;
         let names = headers
             .get(usize::from(header.e_shstrndx))
             .and_then(|sh| range(sh.sh_offset, sh.sh_size, data.len()));
@@ -534,6 +532,15 @@ fn compressed(stream: Stored<'_>, encoding: Encoding, size: u64) -> Option<Secti
     })
 }
 
+/// The ELF header of `data`, its parsing context and its section headers,
+/// when the section header table lies inside `data`.
+pub(super) fn elf_section_headers(data: &[u8]) -> Option<(Header, Ctx, Vec<SectionHeader>)> {
+    let header = Elf::parse_header(data).ok()?;
+    let ctx = Ctx::new(header.container().ok()?, header.endianness().ok()?);
+    let headers = section_headers(data, &header, ctx)?;
+    Some((header, ctx, headers))
+}
+
 fn section_headers(data: &[u8], header: &Header, ctx: Ctx) -> Option<Vec<SectionHeader>> {
     let count = usize::from(header.e_shnum);
     let entsize = usize::from(header.e_shentsize);
@@ -543,7 +550,8 @@ fn section_headers(data: &[u8], header: &Header, ctx: Ctx) -> Option<Vec<Section
     SectionHeader::parse(data, start, count, ctx).ok()
 }
 
-fn range(offset: u64, size: u64, len: usize) -> Option<std::ops::Range<usize>> {
+/// `offset..offset + size` when it lies within `len` bytes.
+pub(super) fn range(offset: u64, size: u64, len: usize) -> Option<std::ops::Range<usize>> {
     let start = usize::try_from(offset).ok()?;
     let end = start.checked_add(usize::try_from(size).ok()?)?;
     (end <= len).then_some(start..end)

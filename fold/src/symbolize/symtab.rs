@@ -19,7 +19,8 @@
 use goblin::container::Ctx;
 use goblin::elf::section_header::{SectionHeader, SHF_EXECINSTR, SHT_DYNSYM, SHT_SYMTAB};
 use goblin::elf::sym::{Sym, Symtab, STT_FUNC};
-use goblin::elf::Elf;
+
+use super::sections::{elf_section_headers, range};
 
 /// A symbol that may hold some of the addresses looked up.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +54,7 @@ pub(crate) fn function_names<'d>(
     rels: &[u64],
 ) -> Vec<Option<&'d str>> {
     let mut out = vec![None; rels.len()];
-    let Some((headers, ctx)) = section_headers(data) else {
+    let Some((_, ctx, headers)) = elf_section_headers(data) else {
         return out;
     };
     let mut by_address: Vec<usize> = (0..rels.len()).collect();
@@ -129,17 +130,6 @@ fn name_at(strings: &[u8], offset: usize) -> Option<&str> {
     std::str::from_utf8(&from[..end]).ok()
 }
 
-fn section_headers(data: &[u8]) -> Option<(Vec<SectionHeader>, Ctx)> {
-    let header = Elf::parse_header(data).ok()?;
-    let ctx = Ctx::new(header.container().ok()?, header.endianness().ok()?);
-    let count = usize::from(header.e_shnum);
-    let start = usize::try_from(header.e_shoff).ok()?;
-    let size = count.checked_mul(usize::from(header.e_shentsize))?;
-    data.get(start..start.checked_add(size)?)?;
-    let headers = SectionHeader::parse(data, start, count, ctx).ok()?;
-    Some((headers, ctx))
-}
-
 /// The symbols of symbol table section `sh`, when they lie inside `data`.
 fn symbols_of<'d>(data: &'d [u8], sh: &SectionHeader, ctx: Ctx) -> Option<Symtab<'d>> {
     let entsize = Sym::size(ctx.container) as u64;
@@ -152,8 +142,7 @@ fn symbols_of<'d>(data: &'d [u8], sh: &SectionHeader, ctx: Ctx) -> Option<Symtab
 }
 
 fn bytes(data: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
-    let start = usize::try_from(offset).ok()?;
-    data.get(start..start.checked_add(usize::try_from(size).ok()?)?)
+    data.get(range(offset, size, data.len())?)
 }
 
 #[cfg(test)]
