@@ -10,8 +10,8 @@ use flamerec_format::{Event, Sample, StackId};
 // Keys are small integers from our own file: a fast hash is safe here.
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::names::UNKNOWN;
 use crate::FoldOptions;
+use flamerec_symbolize::names::UNKNOWN;
 
 /// Index into [`Aggregate::names`].
 pub(crate) type NameId = u32;

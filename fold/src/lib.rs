@@ -5,17 +5,17 @@
 //! [`fold_recording`] streams the file once, summing sample weights per
 //! (root frame, stack) without keeping samples, then symbolizes only the
 //! distinct frames those stacks use, in parallel across and within binaries.
-//! DWARF is read only as far as those frames need (`symbolize::dwarf`), and
+//! DWARF is read only as far as those frames need (`flamerec_symbolize`), and
 //! the biggest debug info starts inflating while the file is still being read
-//! (`symbolize::prefetch`).
+//! (`flamerec_symbolize::Prefetch`).
 //! The writers in this crate format the result; the CLI decides where it goes
 //! and prints [`Profile::damage`] and [`Profile::warnings`].
 //!
-//! Modules: `aggregate` (event stream, thread names, filters), `symbolize`
-//! (symbol tables, DWARF inlined frames, separate debug files, the on-disk
-//! symbol cache, JIT maps, kernel symbols), `perfdata` (perf.data import),
-//! `profile` (stacks and function totals), `names` (spelling rules of folded
-//! text), `output` (writers). This crate never depends on the recorder and
+//! Modules: `aggregate` (event stream, thread names, filters), `perfdata`
+//! (perf.data import), `profile` (stacks and function totals), `output`
+//! (writers). Names come from the `flamerec-symbolize` crate (symbol tables,
+//! DWARF inlined frames, separate debug files, the on-disk symbol cache, JIT
+//! maps, kernel symbols, and the spelling rules of folded text). This crate never depends on the recorder and
 //! never calls into Linux beyond reading files (`/proc/kallsyms` for
 //! perf.data input).
 #![forbid(unsafe_code)]
@@ -23,17 +23,16 @@
 mod aggregate;
 pub mod diff;
 mod error;
-mod names;
 mod output;
 mod perfdata;
 mod profile;
-mod symbolize;
 
 use std::fs::File;
 use std::io::{BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 
 use flamerec_format::Reader;
+use flamerec_symbolize as symbolize;
 
 pub use error::FoldError;
 pub use output::{write_folded, write_json_summary, write_svg, SUMMARY_SCHEMA};

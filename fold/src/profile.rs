@@ -12,8 +12,8 @@ use rustc_hash::FxHashMap as HashMap;
 use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
 
 use crate::aggregate::{Aggregate, NameId};
-use crate::names::{sanitize_root, UNKNOWN};
-use crate::symbolize::{self, FuncId, NameOptions, Prefetch, Symbols};
+use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
+use flamerec_symbolize::{self as symbolize, FuncId, NameOptions, Prefetch, Symbols};
 
 /// A folded, symbolized recording.
 #[derive(Debug, Clone, Default)]

@@ -10,7 +10,6 @@
 // Unsafe code is confined to `sys` (STYLE.md): everything else is checked.
 #![deny(unsafe_code)]
 
-mod kallsyms;
 mod launch;
 mod parse;
 mod proc_fs;
@@ -19,14 +18,16 @@ mod session;
 mod state;
 #[allow(unsafe_code)]
 pub mod sys;
+mod trim;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use kallsyms::{is_sampling_path, is_scheduler, Kallsyms};
+pub use flamerec_symbolize::kallsyms::Kallsyms;
 pub use session::record;
 pub use sys::WaitStatus;
+pub use trim::{is_sampling_path, is_scheduler};
 
 /// How user stacks are obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

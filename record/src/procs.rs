@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use flamerec_format::{Frame, Module, ModuleId, ModuleKind};
+use flamerec_format::{Frame, ModuleId, ModuleKind};
 
 #[derive(Debug, Clone, Copy)]
 struct Map {
@@ -18,28 +18,6 @@ struct Map {
 #[derive(Debug, Default)]
 pub struct Processes {
     maps: HashMap<u32, BTreeMap<u64, Map>>,
-}
-
-/// Classifies a mapped path as perf reports it.
-pub fn module_for(filename: &str, build_id: &[u8]) -> Module {
-    let kind = if filename == "[vdso]" {
-        ModuleKind::Vdso
-    } else if filename.starts_with('/') && !filename.starts_with("//anon") {
-        ModuleKind::File
-    } else {
-        ModuleKind::Anonymous
-    };
-    let path = match kind {
-        ModuleKind::Anonymous if filename.starts_with("//anon") || filename.is_empty() => {
-            "[anon]".to_string()
-        }
-        _ => filename.to_string(),
-    };
-    Module {
-        kind,
-        path,
-        build_id: build_id.to_vec(),
-    }
 }
 
 impl Processes {
@@ -139,12 +117,5 @@ mod tests {
         p.exec(2);
         assert!(p.resolve(2, 0x1010).is_none());
         assert!(p.resolve(1, 0x1010).is_some());
-    }
-
-    #[test]
-    fn classifies_paths() {
-        assert_eq!(module_for("[vdso]", &[]).kind, ModuleKind::Vdso);
-        assert_eq!(module_for("/usr/bin/python3", &[1]).kind, ModuleKind::File);
-        assert_eq!(module_for("//anon", &[]).path, "[anon]");
     }
 }

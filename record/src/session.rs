@@ -11,12 +11,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flamerec_format::{Metadata, Totals, Writer};
 
-use crate::kallsyms::Kallsyms;
 use crate::launch::{c_strings, find_program};
 use crate::proc_fs;
 use crate::state::{Event, State};
 use crate::sys::{self, Counter, EventConfig, RingBuffer, SuspendedChild, WaitStatus};
 use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target};
+use flamerec_symbolize::kallsyms::Kallsyms;
 
 /// How often buffered data reaches the file, at the latest.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 
 use super::{Diff, Side};
-use crate::names::{sanitize, sanitize_root};
+use flamerec_symbolize::names::{sanitize, sanitize_root};
 
 /// How the differential flamegraph is labelled.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,13 +52,13 @@ pub(crate) struct AddressTable {
 
 /// A cache directory.
 #[derive(Debug, Clone)]
-pub(crate) struct SymbolCache {
+pub struct SymbolCache {
     dir: PathBuf,
 }
 
 impl SymbolCache {
     /// The cache under `dir` (created on first store).
-    pub(crate) fn new(dir: PathBuf) -> Self {
+    pub fn new(dir: PathBuf) -> Self {
         SymbolCache { dir }
     }
 
@@ -67,7 +67,7 @@ impl SymbolCache {
     }
 
     /// Whether an entry exists for `build_id` (not whether it is valid).
-    pub(crate) fn has(&self, build_id: &[u8]) -> bool {
+    pub fn has(&self, build_id: &[u8]) -> bool {
         !build_id.is_empty() && self.path(build_id).is_file()
     }
 
@@ -219,7 +219,7 @@ fn decode(bytes: &[u8], build_id: &[u8]) -> Option<AddressTable> {
 }
 
 /// The default cache directory, `$HOME/.cache/flamerec`; `None` without `$HOME`.
-pub(crate) fn default_dir() -> Option<PathBuf> {
+pub fn default_dir() -> Option<PathBuf> {
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
     Some(Path::new(&home).join(".cache").join("flamerec"))
 }

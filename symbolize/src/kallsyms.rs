@@ -1,6 +1,6 @@
-//! The kernel's symbol table from /proc/kallsyms: resolves recorded kernel
-//! addresses to the symbols written into the recording, and turns the trim
-//! set (profiler-frame names) into address ranges once, at start.
+//! The kernel's symbol table from /proc/kallsyms: resolves kernel addresses
+//! to the symbols a recording embeds (or a live tool prints), and turns a
+//! set of names into address ranges (the recorder's trim set).
 
 use std::io;
 
@@ -145,35 +145,6 @@ impl AddressRanges {
     }
 }
 
-/// Kernel functions that belong to taking a sample, not to the workload:
-/// the perf core, hrtimer-driven software events and the timer interrupt entry.
-pub fn is_sampling_path(name: &str) -> bool {
-    name.starts_with("perf_")
-        || name.starts_with("__perf_")
-        || name.starts_with("___perf_")
-        || name.starts_with("hrtimer_")
-        || name.starts_with("__hrtimer_")
-        || name.starts_with("__run_hrtimer")
-        || name.starts_with("__sysvec_apic_timer_interrupt")
-        || name.starts_with("sysvec_apic_timer_interrupt")
-        || name.starts_with("asm_sysvec_apic_timer_interrupt")
-        || name == "perf_swevent_hrtimer"
-        || name == "task_clock_event_read"
-        || name == "cpu_clock_event_read"
-}
-
-/// The scheduler's own frames, trimmed from off-CPU samples.
-pub fn is_scheduler(name: &str) -> bool {
-    matches!(
-        name,
-        "__schedule"
-            | "schedule"
-            | "prepare_task_switch"
-            | "__traceiter_sched_switch"
-            | "schedule_idle"
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,9 +171,9 @@ ffffffffc0000000 t xfs_read\t[xfs]\n";
     }
 
     #[test]
-    fn trim_ranges_cover_the_sampling_path_only() {
+    fn ranges_cover_the_named_symbols_only() {
         let k = Kallsyms::parse(TABLE);
-        let r = k.ranges(is_sampling_path);
+        let r = k.ranges(|n| n.starts_with("perf_") || n.starts_with("__hrtimer"));
         assert!(r.contains(0xffffffff81000250));
         assert!(r.contains(0xffffffff81000350));
         assert!(!r.contains(0xffffffff81000150));

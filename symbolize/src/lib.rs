@@ -1,5 +1,6 @@
-//! Symbolization: turns the distinct frames a profile uses into function
-//! names, in parallel.
+//! Symbolization: turns (module, address) frames into function names, in
+//! parallel. `fold` uses it for recordings, `record` to embed names in them,
+//! and the live tools (`stacks`, `stall`) for the frames they capture.
 //!
 //! Frames are grouped by module so each binary is read and parsed once;
 //! modules are symbolized concurrently and big modules are also split into
@@ -12,8 +13,11 @@
 //! looked up in the file (checked against the recorded build id, with DWARF
 //! from a separate debug file when it has none itself) and cached (`files`).
 //!
-//! This module never drops a frame: whatever cannot be named becomes
-//! `module+0xOFFSET`. It must not know about samples, roots or output formats.
+//! This crate never drops a frame: whatever cannot be named becomes
+//! `module+0xOFFSET`. It must not know about samples, roots or output
+//! formats beyond the spelling rules of [`names`]. No unsafe code, no Linux
+//! calls beyond reading files.
+#![forbid(unsafe_code)]
 
 mod cache;
 mod debugfile;
@@ -21,7 +25,9 @@ mod dwarf;
 mod elf;
 mod files;
 mod jit;
+pub mod kallsyms;
 mod kernel;
+pub mod live;
 mod prefetch;
 mod sections;
 mod symdata;
@@ -35,21 +41,23 @@ use std::sync::Mutex;
 use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
 use rayon::prelude::*;
 
+pub mod names;
+
 use crate::names::{basename, sanitize, unresolved};
-pub(crate) use cache::default_dir as default_cache_dir;
-pub(crate) use cache::SymbolCache;
-pub(crate) use debugfile::DEFAULT_DEBUG_DIR;
+pub use cache::default_dir as default_cache_dir;
+pub use cache::SymbolCache;
+pub use debugfile::DEFAULT_DEBUG_DIR;
 use elf::Unusable;
 use jit::JitMaps;
 use kernel::KernelTable;
-pub(crate) use prefetch::Prefetch;
+pub use prefetch::Prefetch;
 
 /// Index into [`Symbols::functions`].
-pub(crate) type FuncId = u32;
+pub type FuncId = u32;
 
 /// A function as the summary and the folded text name it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct Function {
+pub struct Function {
     /// Display name, already safe for folded text (and suffixed `_[k]` when asked).
     pub name: String,
     /// Module basename (`libc.so.6`, `[kernel.kallsyms]`).
@@ -58,7 +66,7 @@ pub(crate) struct Function {
 
 /// How to find and name things.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct NameOptions {
+pub struct NameOptions {
     /// Append `_[k]` to kernel frames.
     pub kernel_suffix: bool,
     /// Expand inlined functions.
@@ -75,7 +83,7 @@ pub(crate) struct NameOptions {
 
 /// Names of the frames a profile uses.
 #[derive(Debug, Default)]
-pub(crate) struct Symbols {
+pub struct Symbols {
     /// Every function some frame expands to.
     pub functions: Vec<Function>,
     /// Per frame id, the functions it stands for, outermost first; empty for
@@ -96,7 +104,7 @@ struct ModuleOutcome {
 }
 
 /// Symbolizes `used` (distinct frame ids) against `tables`.
-pub(crate) fn symbolize(
+pub fn symbolize(
     tables: &Tables,
     used: &[FrameId],
     opts: &NameOptions,

@@ -15,7 +15,7 @@ use symbolic_debuginfo::elf::ElfObject;
 use super::elf::{build_id_matches, hex, read_elf, ElfFile};
 
 /// Where distributions install debug files.
-pub(crate) const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
+pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 
 /// Path of the build-id debug file for `build_id` under `dir`.
 pub(crate) fn build_id_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {

@@ -7,10 +7,10 @@
 //! It must not decide *what* a frame is called, only how it is spelled.
 
 /// Name used when nothing is known (thread without a comm, empty symbol).
-pub(crate) const UNKNOWN: &str = "[unknown]";
+pub const UNKNOWN: &str = "[unknown]";
 
 /// Makes `name` safe to stand as one frame of a folded line.
-pub(crate) fn sanitize(name: &str) -> String {
+pub fn sanitize(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| match c {
@@ -53,7 +53,7 @@ fn is_count_like(s: &str) -> bool {
 
 /// Makes a name safe as the first frame of a line: inferno skips lines that
 /// start with `# ` as comments.
-pub(crate) fn sanitize_root(name: &str) -> String {
+pub fn sanitize_root(name: &str) -> String {
     let mut s = sanitize(name);
     if s.starts_with("# ") {
         s.replace_range(0..1, "_");
@@ -63,7 +63,7 @@ pub(crate) fn sanitize_root(name: &str) -> String {
 
 /// Last path component, as `perf` prints module names (`libc.so.6`).
 /// Pseudo paths like `[kernel.kallsyms]` come back unchanged.
-pub(crate) fn basename(path: &str) -> &str {
+pub fn basename(path: &str) -> &str {
     if path.starts_with('[') {
         return path;
     }
@@ -74,7 +74,7 @@ pub(crate) fn basename(path: &str) -> &str {
 }
 
 /// The name of a frame that could not be symbolized: `module+0xOFFSET`.
-pub(crate) fn unresolved(module: &str, offset: u64) -> String {
+pub fn unresolved(module: &str, offset: u64) -> String {
     format!("{module}+0x{offset:x}")
 }
 

@@ -36,7 +36,7 @@ const PIECE: u64 = 64 << 10;
 
 /// Debug-info readers being filled ahead of need.
 #[derive(Default)]
-pub(crate) struct Prefetch {
+pub struct Prefetch {
     shared: Arc<Shared>,
 }
 
@@ -66,7 +66,7 @@ struct Job {
 impl Prefetch {
     /// Starts prefetching on `pool` the debug files of the binaries with
     /// `build_ids` found under `debug_dirs`.
-    pub(crate) fn start(
+    pub fn start(
         pool: &rayon::ThreadPool,
         build_ids: Vec<Vec<u8>>,
         debug_dirs: Vec<PathBuf>,
@@ -176,7 +176,7 @@ fn info_reader(path: &Path) -> Option<Reader<'static>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbolize::elf::{hex, unhex};
+    use crate::elf::{hex, unhex};
     use symbolic_debuginfo::elf::ElfObject;
 
     /// A separate debug file of this test binary with zlib-compressed DWARF,
@@ -216,7 +216,7 @@ mod tests {
         let inflated = reader.bytes().len();
         assert!(inflated > 0, "the task inflated the section");
         reader.read_to(u64::MAX);
-        let elf = crate::symbolize::elf::read_elf(&path).expect("debug file");
+        let elf = crate::elf::read_elf(&path).expect("debug file");
         let sections = Sections::parse(&elf.data, elf.dwarf_on_disk).expect("sections");
         let info = sections.debug("info").expect("info");
         assert!(info.is_compressed());

@@ -1,0 +1,305 @@
+//! Names for the addresses of a running process, for the tools that look at
+//! one while it runs (`flamerec stacks`, the `flamerec-stall` library) and
+//! for the recorder, which reads the mappings of processes it attaches to.
+//!
+//! A process's executable mappings come from `/proc/PID/maps`; an address
+//! becomes (module, file offset) through them, and the frames are named by
+//! [`crate::symbolize`] as a recording's would be. This module reads files
+//! only; it never touches another process's memory.
+
+use std::fs;
+
+use flamerec_format::{Frame, FrameId, KernelSymbol, Module, ModuleKind, Tables};
+
+use crate::kallsyms::Kallsyms;
+use crate::names::{basename, unresolved};
+use crate::{symbolize, NameOptions, Prefetch};
+
+/// One executable mapping of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecMap {
+    /// Start address.
+    pub start: u64,
+    /// End address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// Path, or a pseudo name (`[vdso]`, `//anon` for memory without one).
+    pub path: String,
+}
+
+/// Executable mappings of a process; empty when it is gone or unreadable.
+pub fn exec_maps(pid: u32) -> Vec<ExecMap> {
+    fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|t| parse_maps(&t))
+        .unwrap_or_default()
+}
+
+/// Parses the text of /proc/PID/maps, keeping executable mappings.
+pub fn parse_maps(text: &str) -> Vec<ExecMap> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut it = line.splitn(6, ' ');
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_inode)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        if !perms.contains('x') {
+            continue;
+        }
+        let path = it.next().unwrap_or("").trim_start().to_string();
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end), Ok(pgoff)) = (
+            u64::from_str_radix(a, 16),
+            u64::from_str_radix(b, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        if end <= start {
+            continue;
+        }
+        let path = if path.is_empty() {
+            "//anon".to_string()
+        } else {
+            path
+        };
+        out.push(ExecMap {
+            start,
+            end,
+            pgoff,
+            path,
+        });
+    }
+    out
+}
+
+/// Classifies a mapped path as perf reports it: a file, the vDSO, or
+/// anonymous memory (`[anon]`, JIT code).
+pub fn module_for(filename: &str, build_id: &[u8]) -> Module {
+    let kind = if filename == "[vdso]" {
+        ModuleKind::Vdso
+    } else if filename.starts_with('/') && !filename.starts_with("//anon") {
+        ModuleKind::File
+    } else {
+        ModuleKind::Anonymous
+    };
+    let path = match kind {
+        ModuleKind::Anonymous if filename.starts_with("//anon") || filename.is_empty() => {
+            "[anon]".to_string()
+        }
+        _ => filename.to_string(),
+    };
+    Module {
+        kind,
+        path,
+        build_id: build_id.to_vec(),
+    }
+}
+
+/// Where an address of a live process lies: the frame a recording would
+/// hold for it (module index into [`AddressSpace::modules`], file offset).
+#[derive(Debug, Clone)]
+pub struct AddressSpace {
+    maps: Vec<ExecMap>,
+    modules: Vec<Module>,
+    /// Per mapping, its index in `modules`.
+    module_of: Vec<usize>,
+}
+
+impl AddressSpace {
+    /// The executable mappings of `pid` now.
+    pub fn of(pid: u32) -> Self {
+        Self::from_maps(exec_maps(pid))
+    }
+
+    /// An address space of the given mappings.
+    pub fn from_maps(mut maps: Vec<ExecMap>) -> Self {
+        maps.sort_by_key(|m| m.start);
+        let mut modules: Vec<Module> = Vec::new();
+        let mut module_of = Vec::with_capacity(maps.len());
+        for m in &maps {
+            let module = module_for(&m.path, &[]);
+            let i = match modules.iter().position(|x| *x == module) {
+                Some(i) => i,
+                None => {
+                    modules.push(module);
+                    modules.len() - 1
+                }
+            };
+            module_of.push(i);
+        }
+        AddressSpace {
+            maps,
+            modules,
+            module_of,
+        }
+    }
+
+    /// The mappings, sorted by start address.
+    pub fn maps(&self) -> &[ExecMap] {
+        &self.maps
+    }
+
+    /// The distinct modules mapped.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// The module (index into [`AddressSpace::modules`]) and module-relative
+    /// address of `addr`: a file offset for files, the offset from the start
+    /// for the vDSO, the address itself for anonymous memory.
+    pub fn resolve(&self, addr: u64) -> Option<(usize, u64)> {
+        let i = self
+            .maps
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        let m = &self.maps[i];
+        if addr >= m.end {
+            return None;
+        }
+        let module = self.module_of[i];
+        let rel = match self.modules[module].kind {
+            ModuleKind::File => addr - m.start + m.pgoff,
+            ModuleKind::Vdso => addr - m.start,
+            _ => addr,
+        };
+        Some((module, rel))
+    }
+}
+
+/// The names of one frame, outermost function first (inlined ones after);
+/// never empty.
+pub type FrameNames = Vec<String>;
+
+/// Names `user` addresses of the process whose mappings `space` holds and
+/// `kernel` addresses through `kallsyms`, as `fold` would name them in a
+/// recording. Addresses are looked up as given: callers move return
+/// addresses back into the call instruction first. Returns one entry per
+/// input address, in order, and the warnings symbolization had.
+pub fn name_addresses(
+    space: &AddressSpace,
+    user: &[u64],
+    kallsyms: Option<&Kallsyms>,
+    kernel: &[u64],
+    opts: &NameOptions,
+) -> (Vec<FrameNames>, Vec<FrameNames>, Vec<String>) {
+    let mut tables = Tables::default();
+    tables.modules = space.modules.clone();
+    let unknown = tables.modules.len() as u32;
+    tables.modules.push(module_for("//anon", &[]));
+    let kernel_module = tables.modules.len() as u32;
+    tables.modules.push(Module {
+        kind: ModuleKind::Kernel,
+        path: "[kernel.kallsyms]".into(),
+        build_id: Vec::new(),
+    });
+    for &addr in user {
+        let frame = match space.resolve(addr) {
+            Some((module, rel)) => Frame {
+                module: module as u32,
+                address: rel,
+            },
+            None => Frame {
+                module: unknown,
+                address: addr,
+            },
+        };
+        tables.frames.push(frame);
+    }
+    for &addr in kernel {
+        tables.frames.push(Frame {
+            module: kernel_module,
+            address: addr,
+        });
+    }
+    if let Some(k) = kallsyms {
+        let mut seen = std::collections::HashSet::new();
+        tables.kernel_symbols = kernel
+            .iter()
+            .filter_map(|&a| k.lookup(a))
+            .filter(|&i| seen.insert(i))
+            .map(|i| k.symbol(i))
+            .collect::<Vec<KernelSymbol>>();
+    }
+    let used: Vec<FrameId> = (0..tables.frames.len() as FrameId).collect();
+    let symbols = symbolize(&tables, &used, opts, &Prefetch::default());
+    let mut names: Vec<FrameNames> = symbols
+        .frames
+        .iter()
+        .zip(&tables.frames)
+        .map(|(ids, frame)| {
+            let mut n: FrameNames = ids
+                .iter()
+                .filter_map(|&f| symbols.functions.get(f as usize))
+                .map(|f| f.name.clone())
+                .collect();
+            if n.is_empty() {
+                let module = tables
+                    .modules
+                    .get(frame.module as usize)
+                    .map_or("[unknown]", |m| basename(&m.path));
+                n.push(unresolved(module, frame.address));
+            }
+            n
+        })
+        .collect();
+    let kernel_names = names.split_off(user.len());
+    (names, kernel_names, symbols.warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_executable_mappings_with_paths() {
+        let text = "55d0c0000000-55d0c0001000 r--p 00000000 fe:01 123 /usr/bin/true\n\
+55d0c0001000-55d0c0005000 r-xp 00001000 fe:01 123 /usr/bin/true\n\
+7ffd1000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]\n\
+7f000000-7f001000 rwxp 00000000 00:00 0 \n\
+garbage line\n";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 3);
+        assert_eq!(maps[0].path, "/usr/bin/true");
+        assert_eq!(maps[0].pgoff, 0x1000);
+        assert_eq!(maps[1].path, "[vdso]");
+        assert_eq!(maps[2].path, "//anon");
+    }
+
+    #[test]
+    fn classifies_paths() {
+        assert_eq!(module_for("[vdso]", &[]).kind, ModuleKind::Vdso);
+        assert_eq!(module_for("/usr/bin/python3", &[1]).kind, ModuleKind::File);
+        assert_eq!(module_for("//anon", &[]).path, "[anon]");
+    }
+
+    #[inline(never)]
+    fn flamerec_live_test_target() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    #[test]
+    fn names_a_function_of_this_process() {
+        let space = AddressSpace::of(std::process::id());
+        let addr = flamerec_live_test_target as *const () as usize as u64;
+        assert!(space.resolve(addr).is_some(), "{:?}", space.maps());
+        let opts = NameOptions {
+            inline: true,
+            debug_dirs: vec![crate::DEFAULT_DEBUG_DIR.into()],
+            ..Default::default()
+        };
+        let (user, kernel, _) = name_addresses(&space, &[addr, 8], None, &[], &opts);
+        assert!(kernel.is_empty());
+        let leaf = user[0].last().map_or("", String::as_str);
+        assert!(
+            leaf.ends_with("::flamerec_live_test_target"),
+            "{:?}",
+            user[0]
+        );
+        assert_eq!(user[1], vec!["[anon]+0x8".to_string()]);
+    }
+}
