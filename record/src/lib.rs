@@ -11,7 +11,6 @@
 #![deny(unsafe_code)]
 
 mod launch;
-mod parse;
 mod proc_fs;
 mod procs;
 mod session;

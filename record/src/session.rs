@@ -135,6 +135,7 @@ pub fn record(
     let mut cfg = EventConfig {
         counter,
         frequency: if off_cpu { 0 } else { opts.frequency },
+        period: 1,
         context_switch: off_cpu,
         sample_type,
         exclude_kernel: !opts.kernel,
@@ -143,6 +144,7 @@ pub fn record(
         side_band: true,
         max_stack: 0,
         wakeup_bytes: (pages * sys::page_size() / 4) as u32,
+        wakeup_events: 0,
         exclude_callchain_user: dwarf,
         sample_regs_user: if dwarf { sys::REGS_BP_SP_IP } else { 0 },
         sample_stack_user: if dwarf { opts.stack_size & !7 } else { 0 },

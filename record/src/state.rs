@@ -10,11 +10,11 @@ use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sam
 use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::{StackUnwinder, UserRegs};
 
-use crate::parse::{split, Layout, PerfRecord, SampleRecord};
 use crate::procs::Processes;
 use crate::sys;
 use crate::trim::{is_sampling_path, is_scheduler};
 use crate::{CallGraph, EventKind, RecordOptions};
+use flamerec_perf::parse::{split, Layout, PerfRecord, SampleRecord};
 use flamerec_symbolize::kallsyms::{AddressRanges, Kallsyms};
 use flamerec_symbolize::live::module_for;
 
