@@ -30,7 +30,14 @@
 //! | 10 | mapping | time, pid, start, length, file offset, module id |
 //! | 11 | samples | n, first time in µs, then five columns of n values: time delta µs (signed), pid, tid − pid (signed), stack node id (signed, relative to the highest id so far in the block), weight |
 //! | 12 | lost | time, count |
-//! | 13 | totals | JSON [`Totals`]; last record of the file |
+//! | 13 | totals | JSON [`Totals`]; last record before the names section |
+//! | 64 | names | optional record: names of sampled user frames ([`write_names`]) |
+//! | 65 | names end | optional record: JSON [`NamesEnd`]; last record of the file |
+//!
+//! Tags from 64 on frame their record as `tag, length, payload`, so a reader
+//! skips optional records it does not know. The names section (format 1.1)
+//! follows the trailer in chunks of its own, which 1.0 readers never read;
+//! damage there leaves the recording whole and only its names partial.
 //!
 //! Times are nanoseconds since the recording started (samples: microseconds).
 //! Stacks are a prefix tree, root first: a sample names only its leaf node.
@@ -47,6 +54,7 @@
 mod codec;
 mod error;
 mod layout;
+mod names;
 mod reader;
 mod summary;
 mod types;
@@ -54,6 +62,7 @@ mod writer;
 
 pub use error::FormatError;
 pub use layout::{MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR, VERSION_MINOR};
+pub use names::{write_names, EmbeddedNames, NamesEnd, NamesState};
 pub use reader::{Damage, Reader, Tables};
 pub use summary::Summary;
 pub use types::{
@@ -82,6 +91,8 @@ pub struct Recording {
     pub damage: Option<Damage>,
     /// Bytes of complete chunks read.
     pub bytes: u64,
+    /// User-space names embedded after the trailer.
+    pub names: EmbeddedNames,
 }
 
 impl Recording {
@@ -106,6 +117,7 @@ impl Recording {
             totals: reader.totals().cloned(),
             damage: reader.damage().cloned(),
             bytes: reader.offset(),
+            names: reader.take_names(),
         })
     }
 

@@ -9,6 +9,7 @@ use std::io::{self, Read};
 use crate::codec::{Cursor, DecodeFail};
 use crate::error::FormatError;
 use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR};
+use crate::names::{self, EmbeddedNames, NamesEnd};
 use crate::types::{
     Event, Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleKind, Sample, StackId,
     Totals,
@@ -106,6 +107,8 @@ enum Item {
     Meta(Box<Metadata>),
     Comm(u64, u32, u32, u32, bool),
     Event(Box<Event>),
+    Names(Box<std::collections::HashMap<FrameId, Vec<std::sync::Arc<str>>>>),
+    NamesEnd(NamesEnd),
 }
 
 /// Reads a `.frec` stream chunk by chunk.
@@ -117,6 +120,9 @@ pub struct Reader<R: Read> {
     totals: Option<Totals>,
     damage: Option<Damage>,
     first: Option<Vec<Event>>,
+    /// The trailer was read: what follows is the names section.
+    after_totals: bool,
+    names: EmbeddedNames,
     done: bool,
 }
 
@@ -151,6 +157,8 @@ impl<R: Read> Reader<R> {
             totals: None,
             damage: None,
             first: None,
+            after_totals: false,
+            names: EmbeddedNames::default(),
             done: false,
         };
         let mut seen_meta = false;
@@ -182,9 +190,21 @@ impl<R: Read> Reader<R> {
         self.totals.as_ref()
     }
 
-    /// Why reading stopped early, once known.
+    /// Why reading stopped early, once known. Damage in the names section
+    /// (after the trailer) is not damage of the recording: see [`Reader::names`].
     pub fn damage(&self) -> Option<&Damage> {
         self.damage.as_ref()
+    }
+
+    /// The user-space names embedded after the trailer, complete once
+    /// [`Reader::next_events`] returned `None`.
+    pub fn names(&self) -> &EmbeddedNames {
+        &self.names
+    }
+
+    /// Takes the embedded names out of the reader.
+    pub fn take_names(&mut self) -> EmbeddedNames {
+        std::mem::take(&mut self.names)
     }
 
     /// Bytes consumed: the end of the last complete chunk.
@@ -261,7 +281,16 @@ impl<R: Read> Reader<R> {
 
     fn stop(&mut self, d: Damage) -> Result<Option<Vec<Event>>, FormatError> {
         self.done = true;
-        self.damage = Some(d);
+        if self.after_totals {
+            // The recording itself is whole; only its names section is not.
+            let why = match d {
+                Damage::Truncated { offset } => format!("cut short at byte {offset}"),
+                Damage::Corrupt { offset, reason } => format!("damaged at byte {offset} ({reason})"),
+            };
+            self.names.damage = Some(why);
+        } else {
+            self.damage = Some(d);
+        }
         Ok(None)
     }
 
@@ -292,6 +321,26 @@ impl<R: Read> Reader<R> {
                 return Err(DecodeFail("data after the trailer"));
             }
             let t = c.u8("record tag")?;
+            if t >= tag::FIRST_OPTIONAL {
+                let body = c.bytes("optional record")?;
+                match t {
+                    tag::NAMES if self.after_totals => {
+                        let mut map = std::collections::HashMap::new();
+                        names::decode(body, frames, &mut map)?;
+                        items.push(Item::Names(Box::new(map)));
+                    }
+                    tag::NAMES_END if self.after_totals => {
+                        let end = serde_json::from_slice(body).map_err(|_| DecodeFail("names end"))?;
+                        items.push(Item::NamesEnd(end));
+                    }
+                    // Optional records this reader does not know are skipped.
+                    _ => {}
+                }
+                continue;
+            }
+            if self.after_totals {
+                return Err(DecodeFail("record after the trailer"));
+            }
             let item = match t {
                 tag::META => {
                     let json = c.bytes("metadata")?;
@@ -487,9 +536,15 @@ impl<R: Read> Reader<R> {
                 Item::Event(e) => {
                     if let Event::Totals(t) = &*e {
                         self.totals = Some(t.clone());
-                        self.done = true;
+                        self.after_totals = true;
                     }
                     events.push(*e);
+                }
+                Item::Names(map) => self.names.frames.extend(*map),
+                Item::NamesEnd(end) => {
+                    self.names.end = Some(end);
+                    // Nothing follows the names section's end.
+                    self.done = true;
                 }
             }
         }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::io::Read;
 
-use crate::{Damage, Event, FormatError, Metadata, Reader};
+use crate::{Damage, Event, FormatError, Metadata, NamesState, Reader};
 
 /// Figures of one recording.
 #[derive(Debug, Clone)]
@@ -31,6 +31,12 @@ pub struct Summary {
     pub truncated_stacks: u64,
     /// Bytes of complete chunks.
     pub bytes: u64,
+    /// Whether user-space names are embedded.
+    pub names: NamesState,
+    /// Frames whose names are embedded.
+    pub named_frames: u64,
+    /// Why the names section could not be read whole, if so.
+    pub names_damage: Option<String>,
 }
 
 impl Summary {
@@ -75,6 +81,9 @@ impl Summary {
             threads: tids.len() as u64,
             truncated_stacks: 0,
             bytes: reader.offset(),
+            names: reader.names().state(),
+            named_frames: reader.names().frames.len() as u64,
+            names_damage: reader.names().damage.clone(),
         };
         if let Some(t) = totals {
             s.lost_samples = t.lost_samples;

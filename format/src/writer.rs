@@ -236,22 +236,27 @@ impl<W: Write> Writer<W> {
         } else {
             self.level.min(9)
         };
-        let compressed = zstd::bulk::compress(&chunk, level)?;
-        let mut header = [0u8; 16];
-        header[0..4].copy_from_slice(&CHUNK_MAGIC);
-        header[4..8].copy_from_slice(&(compressed.len() as u32).to_le_bytes());
-        header[8..12].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&header[4..12]);
-        crc.update(&compressed);
-        header[12..16].copy_from_slice(&crc.finalize().to_le_bytes());
-        self.out.write_all(&header)?;
-        self.out.write_all(&compressed)?;
+        self.bytes_written += write_chunk(&mut self.out, &chunk, level)?;
         self.out.flush()?;
-        self.bytes_written += (header.len() + compressed.len()) as u64;
         self.chunks += 1;
         self.buf.clear();
         Ok(())
+    }
+
+    /// The modules and frames interned so far, indexed by their ids.
+    pub fn tables(&self) -> (Vec<Module>, Vec<Frame>) {
+        let mut modules = vec![None; self.modules.len()];
+        for (m, &id) in &self.modules {
+            modules[id as usize] = Some(m.clone());
+        }
+        let mut frames = vec![None; self.frames.len()];
+        for (&f, &id) in &self.frames {
+            frames[id as usize] = Some(f);
+        }
+        (
+            modules.into_iter().flatten().collect(),
+            frames.into_iter().flatten().collect(),
+        )
     }
 
     /// Writes the trailer and returns the output. `totals.samples` and
@@ -372,4 +377,25 @@ impl<W: Write> Writer<W> {
         }
         self.pending.clear();
     }
+}
+
+/// Compresses `payload` into one chunk (header with lengths and checksum,
+/// then one zstd frame) and writes it; returns the bytes written.
+pub(crate) fn write_chunk<W: Write>(
+    out: &mut W,
+    payload: &[u8],
+    level: i32,
+) -> Result<u64, FormatError> {
+    let compressed = zstd::bulk::compress(payload, level)?;
+    let mut header = [0u8; 16];
+    header[0..4].copy_from_slice(&CHUNK_MAGIC);
+    header[4..8].copy_from_slice(&(compressed.len() as u32).to_le_bytes());
+    header[8..12].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header[4..12]);
+    crc.update(&compressed);
+    header[12..16].copy_from_slice(&crc.finalize().to_le_bytes());
+    out.write_all(&header)?;
+    out.write_all(&compressed)?;
+    Ok((header.len() + compressed.len()) as u64)
 }
