@@ -71,6 +71,8 @@ pub struct FoldOptions {
     /// Kernel symbols for perf.data input (which carries none); default
     /// `/proc/kallsyms`, right when folding on the recording machine.
     pub kallsyms: PathBuf,
+    /// Ignore the names a recording embeds and read the binaries again.
+    pub resymbolize: bool,
 }
 
 impl Default for FoldOptions {
@@ -88,6 +90,7 @@ impl Default for FoldOptions {
             debug_dirs: vec![PathBuf::from(symbolize::DEFAULT_DEBUG_DIR)],
             perf_map_dir: Some(PathBuf::from("/tmp")),
             kallsyms: PathBuf::from("/proc/kallsyms"),
+            resymbolize: false,
         }
     }
 }
@@ -137,9 +140,11 @@ fn fold_reader<R: Read>(
         })?;
     let mut prefetch: Option<symbolize::Prefetch> = None;
     let mut aggregator = aggregate::Aggregator::new(opts);
+    // Names embedded by the recorder make reading debug info ahead moot.
+    let expect_names = reader.metadata().embeds_names && !opts.resymbolize;
     while let Some(events) = reader.next_events().map_err(format_err)? {
         // The first chunk that has frames (the first one holds metadata only).
-        if prefetch.is_none() && !reader.tables().frames.is_empty() {
+        if prefetch.is_none() && !expect_names && !reader.tables().frames.is_empty() {
             prefetch = Some(start_prefetch(&pool, reader.tables(), opts));
         }
         aggregator.feed(events);
@@ -160,8 +165,24 @@ fn fold_reader<R: Read>(
     };
     let tables = reader.tables();
     let prefetch = prefetch.unwrap_or_default();
-    let mut profile = pool.install(|| profile::build(tables, agg, &names, &prefetch));
+    let embedded = reader.names();
+    let use_embedded = !opts.resymbolize && !embedded.frames.is_empty();
+    let mut profile = pool.install(|| {
+        profile::build(
+            tables,
+            agg,
+            &names,
+            &prefetch,
+            use_embedded.then_some(&embedded.frames),
+        )
+    });
     drop(prefetch);
+    if let (Some(why), false) = (&embedded.damage, opts.resymbolize) {
+        profile.warnings.insert(
+            0,
+            format!("the names embedded in the recording are {why}; names it lacks come from the binaries"),
+        );
+    }
 
     profile.metadata = reader.metadata().clone();
     profile.totals = reader.totals().cloned();

@@ -78,9 +78,10 @@ pub(crate) fn build(
     agg: Aggregate,
     opts: &NameOptions,
     prefetch: &Prefetch,
+    embedded: Option<&symbolize::Embedded>,
 ) -> Profile {
     let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
-    let symbols = symbolize::symbolize(tables, &used, opts, prefetch);
+    let symbols = symbolize::symbolize(tables, &used, opts, prefetch, embedded);
 
     let mut entries: Vec<((NameId, StackId), u64)> = agg.counts.into_iter().collect();
     // Same stack next to each other, so its frames are expanded once.

@@ -11,9 +11,10 @@
 //! of a file module got its names.
 //!
 //! ```text
-//! names     := n_strings, n_strings lengths, the strings' bytes,
+//! names     := n_strings, n_strings lengths, the strings' bytes (sorted),
+//!              n_chains, n_chains lengths, every chain's string ids,
 //!              n_frames, n_frames frame-id deltas (ascending ids),
-//!              n_frames name counts, then every frame's string ids
+//!              n_frames chain ids
 //! names end := JSON { "frames": u64, "complete": bool }
 //! ```
 //!
@@ -138,16 +139,30 @@ fn optional_record(out: &mut Vec<u8>, t: u8, body: &[u8]) {
 }
 
 fn encode(frames: &[&(FrameId, Vec<String>)]) -> Vec<u8> {
-    let mut ids: HashMap<&str, u64> = HashMap::new();
-    let mut strings: Vec<&str> = Vec::new();
-    for (_, names) in frames {
-        for n in names {
-            ids.entry(n.as_str()).or_insert_with(|| {
-                strings.push(n);
-                strings.len() as u64 - 1
-            });
-        }
-    }
+    // Strings sorted, so neighbours share prefixes (zstd finds them);
+    // chains (a frame's list of names) interned, as many frames share one.
+    let mut strings: Vec<&str> = frames
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(String::as_str))
+        .collect();
+    strings.sort_unstable();
+    strings.dedup();
+    let string_id: HashMap<&str, u64> = strings
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (s, i as u64))
+        .collect();
+    let mut chains: Vec<&[String]> = Vec::new();
+    let mut chain_id: HashMap<&[String], u64> = HashMap::new();
+    let frame_chains: Vec<u64> = frames
+        .iter()
+        .map(|(_, names)| {
+            *chain_id.entry(names.as_slice()).or_insert_with(|| {
+                chains.push(names);
+                chains.len() as u64 - 1
+            })
+        })
+        .collect();
     let mut b = Vec::new();
     put_u64(&mut b, strings.len() as u64);
     for s in &strings {
@@ -156,19 +171,23 @@ fn encode(frames: &[&(FrameId, Vec<String>)]) -> Vec<u8> {
     for s in &strings {
         b.extend_from_slice(s.as_bytes());
     }
+    put_u64(&mut b, chains.len() as u64);
+    for c in &chains {
+        put_u64(&mut b, c.len() as u64);
+    }
+    for c in &chains {
+        for n in c.iter() {
+            put_u64(&mut b, string_id[n.as_str()]);
+        }
+    }
     put_u64(&mut b, frames.len() as u64);
     let mut prev = 0u64;
     for (id, _) in frames {
         put_u64(&mut b, u64::from(*id) - prev);
         prev = u64::from(*id);
     }
-    for (_, names) in frames {
-        put_u64(&mut b, names.len() as u64);
-    }
-    for (_, names) in frames {
-        for n in names {
-            put_u64(&mut b, ids[n.as_str()]);
-        }
+    for c in frame_chains {
+        put_u64(&mut b, c);
     }
     b
 }
@@ -191,6 +210,20 @@ pub(crate) fn decode(
         let b = c.take(len, "name")?;
         strings.push(Arc::from(String::from_utf8_lossy(b).as_ref()));
     }
+    let n_chains = c.count(1, "name chains")?;
+    let mut lens = Vec::with_capacity(n_chains);
+    for _ in 0..n_chains {
+        lens.push(c.count(1, "name chain length")?);
+    }
+    let mut chains: Vec<Vec<Arc<str>>> = Vec::with_capacity(n_chains);
+    for len in lens {
+        let mut chain = Vec::with_capacity(len);
+        for _ in 0..len {
+            let s = usize::try_from(c.u64("name id")?).map_err(|_| DecodeFail("name id"))?;
+            chain.push(Arc::clone(strings.get(s).ok_or(DecodeFail("name id"))?));
+        }
+        chains.push(chain);
+    }
     let frames = c.count(2, "named frames")?;
     let mut ids = Vec::with_capacity(frames);
     let mut prev = 0u64;
@@ -205,21 +238,11 @@ pub(crate) fn decode(
         }
         ids.push(prev as FrameId);
     }
-    let mut counts = Vec::with_capacity(frames);
-    for _ in 0..frames {
-        counts.push(c.count(1, "name count")?);
-    }
     let mut decoded = Vec::with_capacity(frames);
-    for (&id, &k) in ids.iter().zip(&counts) {
-        let mut names = Vec::with_capacity(k);
-        for _ in 0..k {
-            let s = c.u64("name id")?;
-            let s = strings
-                .get(usize::try_from(s).map_err(|_| DecodeFail("name id"))?)
-                .ok_or(DecodeFail("name id"))?;
-            names.push(Arc::clone(s));
-        }
-        decoded.push((id, names));
+    for id in ids {
+        let k = usize::try_from(c.u64("frame chain")?).map_err(|_| DecodeFail("frame chain"))?;
+        let chain = chains.get(k).ok_or(DecodeFail("frame chain"))?;
+        decoded.push((id, chain.clone()));
     }
     if !c.is_empty() {
         return Err(DecodeFail("names record"));

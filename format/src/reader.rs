@@ -107,7 +107,7 @@ enum Item {
     Meta(Box<Metadata>),
     Comm(u64, u32, u32, u32, bool),
     Event(Box<Event>),
-    Names(Box<std::collections::HashMap<FrameId, Vec<std::sync::Arc<str>>>>),
+    Names(std::collections::HashMap<FrameId, Vec<std::sync::Arc<str>>>),
     NamesEnd(NamesEnd),
 }
 
@@ -285,7 +285,9 @@ impl<R: Read> Reader<R> {
             // The recording itself is whole; only its names section is not.
             let why = match d {
                 Damage::Truncated { offset } => format!("cut short at byte {offset}"),
-                Damage::Corrupt { offset, reason } => format!("damaged at byte {offset} ({reason})"),
+                Damage::Corrupt { offset, reason } => {
+                    format!("damaged at byte {offset} ({reason})")
+                }
             };
             self.names.damage = Some(why);
         } else {
@@ -327,10 +329,11 @@ impl<R: Read> Reader<R> {
                     tag::NAMES if self.after_totals => {
                         let mut map = std::collections::HashMap::new();
                         names::decode(body, frames, &mut map)?;
-                        items.push(Item::Names(Box::new(map)));
+                        items.push(Item::Names(map));
                     }
                     tag::NAMES_END if self.after_totals => {
-                        let end = serde_json::from_slice(body).map_err(|_| DecodeFail("names end"))?;
+                        let end =
+                            serde_json::from_slice(body).map_err(|_| DecodeFail("names end"))?;
                         items.push(Item::NamesEnd(end));
                     }
                     // Optional records this reader does not know are skipped.
@@ -540,7 +543,7 @@ impl<R: Read> Reader<R> {
                     }
                     events.push(*e);
                 }
-                Item::Names(map) => self.names.frames.extend(*map),
+                Item::Names(map) => self.names.frames.extend(map),
                 Item::NamesEnd(end) => {
                     self.names.end = Some(end);
                     // Nothing follows the names section's end.

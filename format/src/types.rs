@@ -34,6 +34,10 @@ pub struct Metadata {
     pub weight_unit: String,
     /// Version of the flamerec that wrote the file.
     pub flamerec_version: String,
+    /// The recorder meant to embed user-space names after the trailer
+    /// (format 1.1; absent in older files).
+    #[serde(default)]
+    pub embeds_names: bool,
 }
 
 /// Totals written in the trailer; their presence marks a complete file.

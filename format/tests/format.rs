@@ -31,6 +31,7 @@ fn meta() -> Metadata {
         call_graph: "fp".into(),
         weight_unit: "samples".into(),
         flamerec_version: "0".into(),
+        embeds_names: false,
     }
 }
 

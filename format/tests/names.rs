@@ -21,9 +21,12 @@ fn meta() -> Metadata {
     }
 }
 
+/// Names to embed, by frame id.
+type Names = Vec<(u32, Vec<String>)>;
+
 /// A finished recording of `frames` distinct user frames, each sampled once,
 /// and the names to embed for them: frame i gets i % 3 names.
-fn recording(frames: u64) -> (Vec<u8>, Vec<(u32, Vec<String>)>) {
+fn recording(frames: u64) -> (Vec<u8>, Names) {
     let mut w = Writer::new(Vec::new(), &meta()).unwrap();
     let m = w.module(&Module {
         kind: ModuleKind::File,
@@ -54,7 +57,7 @@ fn recording(frames: u64) -> (Vec<u8>, Vec<(u32, Vec<String>)>) {
     (out, names)
 }
 
-fn with_names(frames: u64, complete: bool) -> (Vec<u8>, usize, Vec<(u32, Vec<String>)>) {
+fn with_names(frames: u64, complete: bool) -> (Vec<u8>, usize, Names) {
     let (mut bytes, names) = recording(frames);
     let trailer_end = bytes.len();
     write_names(&mut bytes, &names, complete).unwrap();
@@ -175,7 +178,10 @@ fn names_of_frames_the_file_does_not_have_are_refused() {
 
 #[test]
 fn a_format_1_0_recording_still_reads() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/v1.0-cpu-mix.frec");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/v1.0-cpu-mix.frec"
+    );
     let bytes = std::fs::read(path).unwrap();
     assert_eq!(&bytes[8..12], &[1, 0, 0, 0], "the fixture is format 1.0");
     let rec = Recording::read(&bytes[..]).unwrap();

@@ -10,6 +10,7 @@
 // Unsafe code is confined to `sys` (STYLE.md): everything else is checked.
 #![deny(unsafe_code)]
 
+mod embed;
 mod launch;
 mod proc_fs;
 mod procs;
@@ -108,6 +109,28 @@ pub struct RecordOptions {
     pub mmap_pages: Option<usize>,
     /// Bytes of user stack copied per sample in dwarf mode.
     pub stack_size: u32,
+    /// Resolve sampled user addresses to names at the end and store them in
+    /// the file (`None`: leave them to `fold`).
+    pub embed_names: Option<EmbedOptions>,
+}
+
+/// Where the names embedded at the end of recording come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmbedOptions {
+    /// The per-binary symbol cache (shared with `fold`), if any.
+    pub cache_dir: Option<PathBuf>,
+    /// Roots searched for separate debug files.
+    pub debug_dirs: Vec<PathBuf>,
+}
+
+impl EmbedOptions {
+    /// The symbol cache under `$HOME` and the system's debug directory.
+    pub fn standard() -> Self {
+        EmbedOptions {
+            cache_dir: flamerec_symbolize::default_cache_dir(),
+            debug_dirs: vec![PathBuf::from(flamerec_symbolize::DEFAULT_DEBUG_DIR)],
+        }
+    }
 }
 
 /// Default bytes of user stack copied per sample in dwarf mode (see DESIGN.md).
@@ -127,6 +150,7 @@ impl Default for RecordOptions {
             trim: Vec::new(),
             mmap_pages: None,
             stack_size: DEFAULT_STACK_SIZE,
+            embed_names: Some(EmbedOptions::standard()),
         }
     }
 }
@@ -169,6 +193,19 @@ pub struct RecordSummary {
     pub stopped_by: Option<i32>,
     /// Warnings to show the user.
     pub warnings: Vec<String>,
+    /// Names embedded at the end, when asked for.
+    pub names: Option<NamesSummary>,
+}
+
+/// What embedding names at the end of recording did.
+#[derive(Debug, Clone, Default)]
+pub struct NamesSummary {
+    /// Frames whose names were stored.
+    pub frames: u64,
+    /// Frames left for `fold` to name (their binary was unusable).
+    pub left_out: u64,
+    /// How long looking them up and writing them took.
+    pub elapsed: Duration,
 }
 
 /// Why recording failed.

@@ -93,6 +93,7 @@ pub fn record(
         call_graph: opts.call_graph.name().into(),
         weight_unit: if off_cpu { "ns" } else { "samples" }.into(),
         flamerec_version: env!("CARGO_PKG_VERSION").into(),
+        embeds_names: opts.embed_names.is_some(),
     };
     let out_err = |e| RecordError::Output {
         path: opts.output.clone(),
@@ -377,7 +378,21 @@ pub fn record(
             st.throttles
         ));
     }
-    let out = st.writer.finish(totals).map_err(out_err)?;
+    // Names are looked up while the trailer is written, then follow it.
+    let lookup = opts.embed_names.as_ref().map(|e| {
+        let (modules, frames) = st.writer.tables();
+        let e = e.clone();
+        std::thread::spawn(move || crate::embed::lookup(&e, modules, frames))
+    });
+    let mut out = st.writer.finish(totals).map_err(out_err)?;
+    let names = match lookup.map(|h| h.join()) {
+        Some(Ok(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
+        Some(Err(_)) => {
+            warnings.push("looking up names to embed failed; fold will read the binaries".into());
+            None
+        }
+        None => None,
+    };
     drop(out);
     let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
     if let (None, Some(p)) = (exit, pid) {
@@ -405,6 +420,7 @@ pub fn record(
         truncated_stacks,
         stopped_by,
         warnings,
+        names,
     })
 }
 

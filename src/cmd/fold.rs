@@ -54,6 +54,9 @@ pub struct Args {
     /// Do not read or write the symbol cache.
     #[arg(long, conflicts_with = "cache_dir")]
     no_cache: bool,
+    /// Ignore the names embedded in the recording and read the binaries again.
+    #[arg(long)]
+    resymbolize: bool,
     /// The recording (.frec or perf.data).
     input: PathBuf,
 }
@@ -100,6 +103,7 @@ fn options(a: &Args) -> FoldOptions {
             // Without $HOME, no cache rather than one in a surprising place.
             (None, false) => flamerec_fold::default_cache_dir(),
         },
+        resymbolize: a.resymbolize,
         ..FoldOptions::default()
     }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use flamerec_format::Summary;
+use flamerec_format::{NamesState, Summary};
 use serde_json::json;
 
 /// Arguments of `flamerec info`.
@@ -39,6 +39,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "threads": s.threads,
             "bytes": s.bytes,
             "truncated_stacks": s.truncated_stacks,
+            "symbols": s.names.as_str(),
+            "named_frames": s.named_frames,
         });
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
@@ -83,6 +85,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         println!("weight:     {} {}", s.weight, m.weight_unit);
     }
     println!("processes:  {}, threads: {}", s.processes, s.threads);
+    let names = match (s.names, &s.names_damage) {
+        (_, Some(why)) => format!("partial: the names section is {why}"),
+        (NamesState::Embedded, None) => "embedded".to_string(),
+        (NamesState::Partial, None) => {
+            "partial: some binaries could not be read while recording".to_string()
+        }
+        (NamesState::None, None) => "none (fold reads the binaries)".to_string(),
+    };
+    println!(
+        "names:      {names} ({} frames named in the file)",
+        s.named_frames
+    );
     println!(
         "recorded:   on {} (Linux {}) by flamerec {}",
         m.host, m.kernel_release, m.flamerec_version

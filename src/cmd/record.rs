@@ -70,6 +70,9 @@ pub struct Args {
     /// After recording, fold and write a flamegraph here.
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
+    /// Leave user-space names out of the file (fold then reads the binaries).
+    #[arg(long)]
+    no_embed_symbols: bool,
     /// No progress line.
     #[arg(short, long)]
     quiet: bool,
@@ -111,6 +114,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         trim: a.trim.clone(),
         mmap_pages: a.mmap_pages,
         stack_size: a.stack_size,
+        embed_names: (!a.no_embed_symbols).then(flamerec_record::EmbedOptions::standard),
     };
     let live = !a.quiet && std::io::stderr().is_terminal();
     let mut progress = |p: &flamerec_record::Progress| {
@@ -163,7 +167,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         String::new()
     };
     eprintln!(
-        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample})",
+        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}",
         summary.samples,
         summary.lost,
         summary.processes,
@@ -171,6 +175,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         summary.duration.as_secs_f64(),
         summary.output.display(),
         super::human_bytes(summary.bytes),
+        names = match &summary.names {
+            Some(n) => format!(
+                ", names of {} frames embedded in {:.3} s",
+                n.frames,
+                n.elapsed.as_secs_f64()
+            ),
+            None => String::new(),
+        },
     );
     if let Some(svg) = &a.svg {
         super::fold::write_svg_of(&a.output, svg, None)?;

@@ -16,16 +16,26 @@ use super::symdata::{Binary, RawName};
 use super::{debugfile, Context, LocalNames, ModuleOutcome};
 use crate::names::{sanitize, unresolved};
 
-/// Names the frames (`(frame, file offset)`, sorted by offset) of module `m`.
+/// Names the frames (`(frame, file offset)`, sorted by offset) of module `m`:
+/// from the names embedded in the recording where it has them, else from
+/// the symbol cache and the binary.
 pub(super) fn file_frames(
     m: &Module,
     base: &str,
     frames: &[(FrameId, u64)],
     ctx: &Context<'_>,
 ) -> ModuleOutcome {
+    let (embedded, frames): (Vec<_>, Vec<_>) = match ctx.embedded {
+        Some(e) => frames.iter().partition(|(id, _)| e.contains_key(id)),
+        None => (Vec::new(), frames.to_vec()),
+    };
     let mut offsets: Vec<u64> = frames.iter().map(|&(_, off)| off).collect();
     offsets.dedup();
-    let (table, unusable) = names_of(m, &offsets, ctx);
+    let (table, unusable) = if offsets.is_empty() {
+        (AddressTable::default(), None)
+    } else {
+        names_of(m, &offsets, ctx)
+    };
     let inline = ctx.opts.inline;
     let shown = |names: &[RawName]| -> usize {
         if inline {
@@ -49,9 +59,24 @@ pub(super) fn file_frames(
         .collect();
 
     let mut names = LocalNames::default();
-    let mut out = Vec::with_capacity(frames.len());
+    let mut out = Vec::with_capacity(frames.len() + embedded.len());
+    if let Some(e) = ctx.embedded {
+        for &(frame, addr) in &embedded {
+            let chain = e.get(&frame).map_or(&[][..], Vec::as_slice);
+            let shown = if inline {
+                chain
+            } else {
+                &chain[..chain.len().min(1)]
+            };
+            let mut ids: Vec<u32> = shown.iter().map(|n| names.id(sanitize(n), base)).collect();
+            if ids.is_empty() {
+                ids.push(names.id(sanitize(&unresolved(base, addr)), base));
+            }
+            out.push((frame, ids));
+        }
+    }
     let mut bad_frames = 0;
-    for &(frame, addr) in frames {
+    for &(frame, addr) in &frames {
         let known = table.entries.get(&addr);
         let mut ids: Vec<u32> = known
             .map(|n| &n[..shown(n)])
@@ -74,6 +99,49 @@ pub(super) fn file_frames(
         unusable: unusable.filter(|_| bad_frames > 0),
         bad_frames,
     }
+}
+
+/// The names to embed for the frames of file module `m`: per frame, the
+/// demangled chain (outermost first, inlined after; empty where the binary
+/// knows no name), or `None` for all of them when the binary is unusable
+/// (missing, unreadable, another build), whose names then stay for `fold`
+/// to look up.
+pub(super) fn embed_frames(
+    m: &Module,
+    frames: &[(FrameId, u64)],
+    ctx: &Context<'_>,
+) -> Option<Vec<(FrameId, Vec<String>)>> {
+    let mut offsets: Vec<u64> = frames.iter().map(|&(_, off)| off).collect();
+    offsets.dedup();
+    let (table, unusable) = names_of(m, &offsets, ctx);
+    if unusable.is_some() {
+        return None;
+    }
+    let mut wanted: Vec<&RawName> = table.entries.values().flatten().collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let demangled: HashMap<&RawName, String> = wanted
+        .par_iter()
+        .map(|&raw| (raw, raw.demangle()))
+        .collect();
+    Some(
+        frames
+            .iter()
+            .map(|&(frame, addr)| {
+                let chain = table
+                    .entries
+                    .get(&addr)
+                    .map(|names| {
+                        names
+                            .iter()
+                            .filter_map(|r| demangled.get(r).cloned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (frame, chain)
+            })
+            .collect(),
+    )
 }
 
 /// The names of `offsets` of module `m`: the cached table, completed from

@@ -36,7 +36,7 @@ mod symtab;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
 use rayon::prelude::*;
@@ -103,13 +103,99 @@ struct ModuleOutcome {
     bad_frames: usize,
 }
 
-/// Symbolizes `used` (distinct frame ids) against `tables`.
+/// Names a recording carries for its frames (see `flamerec_format::EmbeddedNames`).
+pub type Embedded = HashMap<FrameId, Vec<Arc<str>>>;
+
+/// Symbolizes `used` (distinct frame ids) against `tables`, taking the names
+/// of frames in `embedded` from there instead of from the binaries.
 pub fn symbolize(
     tables: &Tables,
     used: &[FrameId],
     opts: &NameOptions,
     prefetch: &Prefetch,
+    embedded: Option<&Embedded>,
 ) -> Symbols {
+    let (outcomes, cache_error) = per_module(tables, used, opts, prefetch, embedded, |m, f, c| {
+        symbolize_module(tables, m, f, c)
+    });
+    let mut out = merge(tables, outcomes);
+    if let Some(e) = cache_error {
+        out.warnings.push(e);
+    }
+    out
+}
+
+/// The names a recorder embeds: for the `used` frames of file modules, the
+/// demangled names (outermost first, inlined after) as `symbolize` would
+/// find them with inlined frames, unspelled.
+#[derive(Debug, Default)]
+pub struct Embedding {
+    /// Per frame of a usable binary: its names (empty where it has none).
+    pub names: Vec<(FrameId, Vec<String>)>,
+    /// Binaries that could not be read (missing, unreadable, another build):
+    /// their frames are left out, for `fold` to look up.
+    pub unusable_modules: usize,
+    /// Frames left out with them.
+    pub unusable_frames: usize,
+    /// Problems worth telling the user about.
+    pub warnings: Vec<String>,
+}
+
+/// Looks up the names of the `used` frames of file modules for embedding
+/// in a recording (always with inlined frames: `opts.inline` is ignored).
+pub fn embed(tables: &Tables, used: &[FrameId], opts: &NameOptions) -> Embedding {
+    let opts = NameOptions {
+        inline: true,
+        ..opts.clone()
+    };
+    let file_frames: Vec<FrameId> = used
+        .iter()
+        .copied()
+        .filter(|&id| {
+            tables
+                .frames
+                .get(id as usize)
+                .and_then(|f| tables.modules.get(f.module as usize))
+                .is_some_and(|m| m.kind == ModuleKind::File)
+        })
+        .collect();
+    let prefetch = Prefetch::default();
+    let (outcomes, cache_error) = per_module(
+        tables,
+        &file_frames,
+        &opts,
+        &prefetch,
+        None,
+        |m, frames, ctx| {
+            let module = tables.modules.get(m as usize)?;
+            Some((frames.len(), files::embed_frames(module, frames, ctx)))
+        },
+    );
+    let mut out = Embedding::default();
+    for (n, names) in outcomes.into_iter().flatten() {
+        match names {
+            Some(names) => out.names.extend(names),
+            None => {
+                out.unusable_modules += 1;
+                out.unusable_frames += n;
+            }
+        }
+    }
+    out.warnings.extend(cache_error);
+    out
+}
+
+/// Runs `each` on every module's sorted frames, in parallel (biggest
+/// binaries first), and returns the results in module order with the first
+/// symbol cache error, if any.
+fn per_module<T: Send>(
+    tables: &Tables,
+    used: &[FrameId],
+    opts: &NameOptions,
+    prefetch: &Prefetch,
+    embedded: Option<&Embedded>,
+    each: impl Fn(ModuleId, &[(FrameId, u64)], &Context<'_>) -> T + Sync,
+) -> (Vec<T>, Option<String>) {
     let mut by_module: HashMap<ModuleId, Vec<(FrameId, u64)>> = HashMap::new();
     for &id in used {
         if let Some(f) = tables.frames.get(id as usize) {
@@ -132,6 +218,7 @@ pub fn symbolize(
         cache_error: Mutex::new(None),
         opts,
         prefetch,
+        embedded,
     };
     // Biggest binaries first, each worker taking the next one when done: a
     // huge debug file started last would otherwise be the whole wait.
@@ -142,27 +229,21 @@ pub fn symbolize(
         .collect();
     order.sort_unstable_by(|a, b| b.cmp(a));
     let next = AtomicUsize::new(0);
-    let mut done: Vec<(usize, ModuleOutcome)> = (0..rayon::current_num_threads())
+    let mut done: Vec<(usize, T)> = (0..rayon::current_num_threads())
         .into_par_iter()
         .flat_map_iter(|_| {
             let mut mine = Vec::new();
             while let Some(&(_, i)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                 if let Some((module, frames)) = groups.get(i) {
-                    mine.push((i, symbolize_module(tables, *module, frames, &ctx)));
+                    mine.push((i, each(*module, frames, &ctx)));
                 }
             }
             mine
         })
         .collect();
     done.sort_unstable_by_key(|(i, _)| *i);
-    let outcomes: Vec<ModuleOutcome> = done.into_iter().map(|(_, o)| o).collect();
-
-    let cache_error = ctx.cache_error.into_inner().ok().flatten();
-    let mut out = merge(tables, outcomes);
-    if let Some(e) = cache_error {
-        out.warnings.push(e);
-    }
-    out
+    let outcomes = done.into_iter().map(|(_, o)| o).collect();
+    (outcomes, ctx.cache_error.into_inner().ok().flatten())
 }
 
 /// What every module's symbolization shares.
@@ -175,6 +256,8 @@ struct Context<'t> {
     opts: &'t NameOptions,
     /// Debug info inflated ahead.
     prefetch: &'t Prefetch,
+    /// Names the recording embeds, used before any binary is read.
+    embedded: Option<&'t Embedded>,
 }
 
 /// Bytes a module's symbolization may read: its file and build-id debug file.

@@ -226,7 +226,7 @@ pub fn name_addresses(
             .collect::<Vec<KernelSymbol>>();
     }
     let used: Vec<FrameId> = (0..tables.frames.len() as FrameId).collect();
-    let symbols = symbolize(&tables, &used, opts, &Prefetch::default());
+    let symbols = symbolize(&tables, &used, opts, &Prefetch::default(), None);
     let mut names: Vec<FrameNames> = symbols
         .frames
         .iter()

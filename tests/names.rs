@@ -1,0 +1,241 @@
+//! Names travel with the recording: a program compiled here (C with inlined
+//! functions) is recorded, then deleted along with the symbol cache, and its
+//! recordings still fold and diff to the same names.
+//!
+//! Tests that record need perf_event_open. Where it is denied they fail
+//! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{flamerec, stderr, tmp};
+
+const PROGRAM: &str = r#"
+#include <stdint.h>
+#include <stdlib.h>
+
+static inline __attribute__((always_inline)) uint64_t names_inner(uint64_t x) {
+    for (int i = 0; i < 1000; i++)
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return x;
+}
+
+static inline __attribute__((always_inline)) uint64_t names_middle(uint64_t x) {
+    return names_inner(x ^ 0x9e37);
+}
+
+__attribute__((noinline)) uint64_t names_leaf(uint64_t x) {
+    return names_middle(x) + 1;
+}
+
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 300000;
+    uint64_t x = 1;
+    for (long i = 0; i < n; i++)
+        x = names_leaf(x);
+    return (int)(x & 1);
+}
+"#;
+
+/// Compiles the program into `dir` with gcc (-O2 -g: DWARF in the binary).
+fn compile(dir: &Path, name: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, PROGRAM).expect("write the C source");
+    let bin = dir.join(name);
+    let out = Command::new("gcc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("this test compiles C with gcc, which is missing: {e}"));
+    assert!(out.status.success(), "gcc: {}", stderr(&out));
+    bin
+}
+
+/// `flamerec` with its symbol cache under `home`.
+fn flamerec_at(home: &Path) -> Command {
+    let mut c = flamerec();
+    c.env("HOME", home);
+    c
+}
+
+/// Records `cmd`; `None` when perf tests are skipped.
+fn record(home: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    let o = flamerec_at(home)
+        .args(["record", "-q", "-o"])
+        .arg(out)
+        .args(extra)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .expect("run flamerec record");
+    let err = stderr(&o);
+    if err.contains("perf_event_open") {
+        if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
+            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
+            return None;
+        }
+        panic!("perf_event_open is not usable here, so this test cannot record: {err}");
+    }
+    assert!(
+        o.status.success() || o.status.code() == Some(1),
+        "record: {err}"
+    );
+    Some(o)
+}
+
+fn fold(home: &Path, path: &Path, extra: &[&str]) -> (String, String) {
+    let o = flamerec_at(home)
+        .arg("fold")
+        .args(extra)
+        .arg(path)
+        .output()
+        .expect("run flamerec fold");
+    assert!(o.status.success(), "fold failed: {}", stderr(&o));
+    let err = stderr(&o);
+    (String::from_utf8(o.stdout).expect("utf-8"), err)
+}
+
+fn info_symbols(home: &Path, path: &Path) -> String {
+    let o = flamerec_at(home)
+        .args(["info", "--json"])
+        .arg(path)
+        .output()
+        .expect("run flamerec info");
+    assert!(o.status.success(), "info: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    v["symbols"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_recording_folds_to_the_same_names_after_its_binary_and_cache_are_gone() {
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let bin = compile(dir.path(), "names-prog");
+    let (embedded, bare) = (dir.path().join("e.frec"), dir.path().join("b.frec"));
+    let prog = bin.to_str().unwrap();
+    let Some(_) = record(&home, &embedded, &[], &[prog]) else {
+        return;
+    };
+    record(&home, &bare, &["--no-embed-symbols"], &[prog]).expect("second recording");
+    assert_eq!(info_symbols(&home, &embedded), "embedded");
+    assert_eq!(info_symbols(&home, &bare), "none");
+
+    let (a, _) = fold(&home, &embedded, &[]);
+    let (from_binaries, _) = fold(&home, &embedded, &["--resymbolize", "--no-cache"]);
+    assert_eq!(
+        a, from_binaries,
+        "names from the file differ from the binaries'"
+    );
+    assert!(
+        a.contains(";names_leaf;names_middle;names_inner "),
+        "inlined frames expanded:\n{a}"
+    );
+
+    // A damaged names section: a warning, and names from the binaries.
+    let mut bytes = std::fs::read(&embedded).expect("read the recording");
+    let damaged = dir.path().join("damaged.frec");
+    let at = bytes.len() - 3;
+    bytes[at] ^= 0x55;
+    std::fs::write(&damaged, &bytes).expect("write the damaged copy");
+    let (d, warnings) = fold(&home, &damaged, &["--no-cache"]);
+    assert!(
+        warnings.contains("names embedded in the recording are damaged"),
+        "{warnings}"
+    );
+    assert_eq!(a, d);
+    assert_eq!(info_symbols(&home, &damaged), "partial");
+
+    std::fs::remove_file(&bin).expect("delete the program");
+    std::fs::remove_dir_all(&home).expect("empty the symbol cache");
+    let (b, warnings) = fold(&home, &embedded, &[]);
+    assert_eq!(a, b, "fold after deleting the binary differs");
+    assert!(!warnings.contains("warning"), "{warnings}");
+
+    // Without embedded names the program's frames are addresses now, and
+    // one warning says why.
+    let (c, warnings) = fold(&home, &bare, &[]);
+    assert!(c.contains("names-prog+0x"), "{c}");
+    assert!(!c.contains("names_leaf"), "{c}");
+    assert!(warnings.contains("missing"), "{warnings}");
+}
+
+#[test]
+fn a_diff_of_embedded_recordings_is_the_same_after_the_binaries_are_gone() {
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let bin = compile(dir.path(), "names-diff");
+    let (base, new) = (dir.path().join("base.frec"), dir.path().join("new.frec"));
+    let prog = bin.to_str().unwrap();
+    let Some(_) = record(&home, &base, &[], &[prog]) else {
+        return;
+    };
+    record(&home, &new, &[], &[prog, "450000"]).expect("second recording");
+    let diff = |out: &Path| {
+        let o = flamerec_at(&home)
+            .arg("diff")
+            .arg("--json")
+            .arg(out)
+            .arg(&base)
+            .arg(&new)
+            .output()
+            .expect("run flamerec diff");
+        assert!(o.status.success(), "diff: {}", stderr(&o));
+        std::fs::read_to_string(out).expect("diff JSON")
+    };
+    let before = diff(&dir.path().join("before.json"));
+    assert!(before.contains("names_inner"), "{before}");
+    std::fs::remove_file(&bin).expect("delete the program");
+    std::fs::remove_dir_all(&home).expect("empty the symbol cache");
+    let after = diff(&dir.path().join("after.json"));
+    assert_eq!(before, after);
+}
+
+#[test]
+fn a_recorder_killed_midway_leaves_a_file_that_folds_with_names_from_the_binaries() {
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let bin = compile(dir.path(), "names-killed");
+    let out = dir.path().join("k.frec");
+    let mut child = flamerec_at(&home)
+        .args(["record", "-q", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&bin)
+        .arg("3000000")
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start flamerec record");
+    // Chunks reach the file at least once a second: wait for a few.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 2000 {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the recording never grew");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let running = child.try_wait().expect("poll flamerec").is_none();
+    child.kill().expect("kill -9 flamerec");
+    let o = child.wait_with_output().expect("reap flamerec");
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("perf_event_open")
+        && std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
+    {
+        return;
+    }
+    assert!(running, "flamerec ended before it was killed: {err}");
+    // The recorded program outlives flamerec: stop it too.
+    let _ = Command::new("pkill")
+        .arg("-KILL")
+        .arg("-f")
+        .arg(&bin)
+        .status();
+    assert_eq!(info_symbols(&home, &out), "none");
+    let (folded, warnings) = fold(&home, &out, &[]);
+    assert!(warnings.contains("truncated"), "{warnings}");
+    assert!(folded.contains("names_leaf"), "{folded}");
+}
