@@ -29,6 +29,8 @@ pub struct Summary {
     pub threads: u64,
     /// Stacks known to be cut short.
     pub truncated_stacks: u64,
+    /// Stacks deeper than their copy, completed from the live thread.
+    pub completed_stacks: u64,
     /// Bytes of complete chunks.
     pub bytes: u64,
     /// Whether user-space names are embedded.
@@ -80,6 +82,7 @@ impl Summary {
             processes: pids.len() as u64,
             threads: tids.len() as u64,
             truncated_stacks: 0,
+            completed_stacks: 0,
             bytes: reader.offset(),
             names: reader.names().state(),
             named_frames: reader.names().frames.len() as u64,
@@ -91,6 +94,7 @@ impl Summary {
             s.processes = t.processes.max(s.processes);
             s.threads = t.threads.max(s.threads);
             s.truncated_stacks = t.truncated_stacks;
+            s.completed_stacks = t.completed_stacks;
         }
         Ok(s)
     }

@@ -55,9 +55,13 @@ pub struct Totals {
     pub processes: u64,
     /// Distinct threads seen.
     pub threads: u64,
-    /// Stacks known to be cut short (unwinding stopped before the entry point).
+    /// Stacks known to be cut short (unwinding stopped before the thread's entry).
     #[serde(default)]
     pub truncated_stacks: u64,
+    /// Stacks deeper than their copied slice that were completed from the
+    /// live thread's memory (format 1.1).
+    #[serde(default)]
+    pub completed_stacks: u64,
 }
 
 /// What kind of code a module holds.

@@ -10,10 +10,12 @@
 // Unsafe code is confined to `sys` (STYLE.md): everything else is checked.
 #![deny(unsafe_code)]
 
+mod deep;
 mod embed;
 mod launch;
 mod proc_fs;
 mod procs;
+mod sample;
 mod session;
 mod state;
 #[allow(unsafe_code)]
@@ -186,8 +188,11 @@ pub struct RecordSummary {
     /// How the started command ended (None without a command, or when
     /// recording was stopped before it ended).
     pub exit: Option<WaitStatus>,
-    /// User stacks whose unwinding stopped before the entry point (dwarf mode).
+    /// User stacks whose unwinding stopped before the thread's entry (dwarf mode).
     pub truncated_stacks: u64,
+    /// User stacks deeper than their copied slice, completed from the live
+    /// thread's memory (dwarf mode).
+    pub completed_stacks: u64,
     /// The signal that stopped recording before the command ended (a second
     /// Ctrl-C), if one did.
     pub stopped_by: Option<i32>,

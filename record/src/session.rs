@@ -144,7 +144,7 @@ pub fn record(
         enable_on_exec: child.is_some(),
         side_band: true,
         max_stack: 0,
-        wakeup_bytes: (pages * sys::page_size() / 4) as u32,
+        wakeup_bytes: wakeup_bytes(pages, dwarf.then_some(opts.stack_size)),
         wakeup_events: 0,
         exclude_callchain_user: dwarf,
         sample_regs_user: if dwarf { sys::REGS_BP_SP_IP } else { 0 },
@@ -227,18 +227,15 @@ pub fn record(
         },
         _ => None,
     };
-    let kallsyms = kallsyms_loader
-        .and_then(|h| h.join().ok())
-        .unwrap_or_default();
-    let mut st = State::new(
-        writer,
-        kallsyms,
-        opts,
-        start_mono,
-        sample_type,
-        !cfg.exclude_kernel,
-    );
+    let mut st = State::new(writer, opts, start_mono, sample_type, !cfg.exclude_kernel);
     st.warnings.append(&mut warnings);
+    // Samples wait for the kernel symbol table, so the loop can drain the
+    // rings from the start. Off-CPU samples are weighed when their thread
+    // runs again, against a stack already written: those wait for it here.
+    let mut kallsyms_loader = kallsyms_loader;
+    if off_cpu || kallsyms_loader.is_none() {
+        st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
+    }
     let pid = match started_child {
         Some((pid, program)) => {
             let comm = program
@@ -302,6 +299,9 @@ pub fn record(
         let mut sink = [0u8; 64];
         while matches!((&wake_rx).read(&mut sink), Ok(n) if n > 0) {}
         st.drain(&mut events, &mut bufs);
+        if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
+            st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
+        }
         if last_flush.elapsed() >= FLUSH_EVERY || st.writer.wants_flush() {
             st.writer.flush().map_err(out_err)?;
             last_flush = Instant::now();
@@ -356,12 +356,17 @@ pub fn record(
         let _ = sys::disable(&e.fd);
     }
     st.drain(&mut events, &mut bufs);
+    if kallsyms_loader.is_some() {
+        st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
+    }
     let duration = started.elapsed();
     st.finish_blocked(duration.as_nanos() as u64);
     unregister(sig_ids);
-    let truncated_stacks = st.unwinder.as_ref().map_or(0, |u| u.stats().truncated);
+    st.finish_waiting();
+    let (truncated_stacks, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
     let totals = Totals {
         truncated_stacks,
+        completed_stacks,
         lost_samples: st.lost,
         duration_ns: duration.as_nanos() as u64,
         processes: st.pids.len() as u64,
@@ -372,6 +377,11 @@ pub fn record(
     let lost = st.lost;
     let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
     let mut warnings = std::mem::take(&mut st.warnings);
+    warnings.extend(crate::deep::cut_warning(
+        truncated_stacks,
+        &st.live,
+        samples,
+    ));
     if st.throttles > 0 {
         warnings.push(format!(
             "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
@@ -418,6 +428,7 @@ pub fn record(
         output: opts.output.clone(),
         exit,
         truncated_stacks,
+        completed_stacks,
         stopped_by,
         warnings,
         names,
@@ -463,6 +474,20 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
     Ok(events)
 }
 
+/// When the loop wakes for a ring: a quarter full; in dwarf mode after a
+/// few samples already, so a sample deeper than its copy meets its thread's
+/// live stack within milliseconds (see `deep`), while its frames still are.
+fn wakeup_bytes(pages: usize, dwarf_stack: Option<u32>) -> u32 {
+    /// Dwarf samples per wake-up: ≈ 8 ms apart at 999 Hz.
+    const DWARF_SAMPLES: usize = 8;
+    let quarter = pages * sys::page_size() / 4;
+    let bytes = match dwarf_stack {
+        Some(stack) => quarter.min(DWARF_SAMPLES * (stack as usize + 2048)),
+        None => quarter,
+    };
+    bytes.try_into().unwrap_or(u32::MAX)
+}
+
 /// Without root, ring buffers count against kernel.perf_event_mlock_kb
 /// (per user, beyond the locked-memory rlimit): stay within it.
 fn limit_pages(pages: usize) -> usize {
@@ -479,6 +504,12 @@ fn limit_pages(pages: usize) -> usize {
         p /= 2;
     }
     p
+}
+
+/// The kernel symbol table from its loader thread (empty without one, or
+/// if it failed).
+fn join_kallsyms(loader: Option<std::thread::JoinHandle<Kallsyms>>) -> Kallsyms {
+    loader.and_then(|h| h.join().ok()).unwrap_or_default()
 }
 
 fn wait_blocking(pid: i32) -> Option<WaitStatus> {

@@ -7,14 +7,14 @@ use std::fs::File;
 use std::io;
 
 use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, Writer};
-use flamerec_unwind::callchain::{self, Side};
-use flamerec_unwind::{StackUnwinder, UserRegs};
+use flamerec_unwind::StackUnwinder;
 
+use crate::deep::LiveStacks;
 use crate::procs::Processes;
+use crate::sample::RawSample;
 use crate::sys;
-use crate::trim::{is_sampling_path, is_scheduler};
 use crate::{CallGraph, EventKind, RecordOptions};
-use flamerec_perf::parse::{split, Layout, PerfRecord, SampleRecord};
+use flamerec_perf::parse::{split, Layout, PerfRecord};
 use flamerec_symbolize::kallsyms::{AddressRanges, Kallsyms};
 use flamerec_symbolize::live::module_for;
 
@@ -27,15 +27,22 @@ pub(crate) struct Event {
 /// Everything the loop keeps between rounds.
 pub(crate) struct State<W: io::Write> {
     pub(crate) writer: Writer<W>,
-    kallsyms: Kallsyms,
-    kernel_module: ModuleId,
-    unknown_module: ModuleId,
-    kernel_addrs: HashSet<u64>,
-    symbols_written: HashSet<usize>,
-    trim: AddressRanges,
-    trim_sched: AddressRanges,
-    off_cpu: bool,
-    procs: Processes,
+    /// The kernel's symbol table, once read (samples wait for it: `sample`).
+    pub(crate) kallsyms: Option<Kallsyms>,
+    /// Kernel code is sampled.
+    pub(crate) kernel: bool,
+    pub(crate) keep_profiler_frames: bool,
+    pub(crate) extra_trim: Vec<String>,
+    /// Samples waiting for the symbol table.
+    pub(crate) held: Vec<RawSample>,
+    pub(crate) kernel_module: ModuleId,
+    pub(crate) unknown_module: ModuleId,
+    pub(crate) kernel_addrs: HashSet<u64>,
+    pub(crate) symbols_written: HashSet<usize>,
+    pub(crate) trim: AddressRanges,
+    pub(crate) trim_sched: AddressRanges,
+    pub(crate) off_cpu: bool,
+    pub(crate) procs: Processes,
     layout: Layout,
     start_mono: u64,
     pub(crate) lost: u64,
@@ -43,14 +50,19 @@ pub(crate) struct State<W: io::Write> {
     pub(crate) pids: HashSet<u32>,
     pub(crate) tids: HashSet<u32>,
     pub(crate) warnings: Vec<String>,
-    frames: Vec<Frame>,
-    frame_ids: Vec<FrameId>,
+    pub(crate) frames: Vec<Frame>,
+    pub(crate) frame_ids: Vec<FrameId>,
     pub(crate) unwinder: Option<StackUnwinder>,
-    user_addrs: Vec<u64>,
+    /// Dwarf mode: the live stacks that complete samples deeper than their copy.
+    pub(crate) live: LiveStacks,
+    /// User stacks cut short, and deeper than their copy but completed.
+    pub(crate) truncated_stacks: u64,
+    pub(crate) completed_stacks: u64,
+    pub(crate) user_addrs: Vec<u64>,
     /// System-wide mode: flamerec's own pid, whose samples are dropped.
     pub(crate) exclude_pid: Option<u32>,
     /// Off-CPU: per thread, the stack and time it was switched out.
-    blocked: HashMap<u32, (u32, u32, u64)>,
+    pub(crate) blocked: HashMap<u32, (u32, u32, u64)>,
     /// Off-CPU: threads whose last switch-out was a preemption.
     preempted: HashSet<u32>,
     /// Throttle records seen (the kernel slowed sampling down).
@@ -60,14 +72,11 @@ pub(crate) struct State<W: io::Write> {
 impl<W: io::Write> State<W> {
     pub(crate) fn new(
         mut writer: Writer<W>,
-        kallsyms: Kallsyms,
         opts: &RecordOptions,
         start_mono: u64,
         sample_type: u64,
         kernel: bool,
     ) -> Self {
-        // Without kernel samples, hidden kernel symbols do not matter.
-        let kallsyms_hidden_ok = !kernel;
         let kernel_module = writer.module(&Module {
             kind: ModuleKind::Kernel,
             path: "[kernel.kallsyms]".into(),
@@ -78,26 +87,19 @@ impl<W: io::Write> State<W> {
             path: "[unknown]".into(),
             build_id: Vec::new(),
         });
-        let extra: HashSet<&str> = opts.trim.iter().map(String::as_str).collect();
-        let keep = opts.keep_profiler_frames;
-        let trim = kallsyms.ranges(|n| (!keep && is_sampling_path(n)) || extra.contains(n));
-        let trim_sched = kallsyms.ranges(|n| !keep && is_scheduler(n));
-        let mut warnings = Vec::new();
-        if !kallsyms_hidden_ok && kallsyms.is_empty() {
-            warnings.push(
-                "kernel symbols are hidden (/proc/kallsyms shows no addresses: check kernel.kptr_restrict); kernel frames will show as addresses"
-                    .into(),
-            );
-        }
         State {
             writer,
-            kallsyms,
+            kallsyms: None,
+            kernel,
+            keep_profiler_frames: opts.keep_profiler_frames,
+            extra_trim: opts.trim.clone(),
+            held: Vec::new(),
             kernel_module,
             unknown_module,
             kernel_addrs: HashSet::new(),
             symbols_written: HashSet::new(),
-            trim,
-            trim_sched,
+            trim: AddressRanges::default(),
+            trim_sched: AddressRanges::default(),
             off_cpu: opts.event == EventKind::OffCpu,
             procs: Processes::default(),
             layout: Layout { sample_type },
@@ -106,10 +108,13 @@ impl<W: io::Write> State<W> {
             malformed: 0,
             pids: HashSet::new(),
             tids: HashSet::new(),
-            warnings,
+            warnings: Vec::new(),
             frames: Vec::new(),
             frame_ids: Vec::new(),
             unwinder: (opts.call_graph == CallGraph::Dwarf).then(new_unwinder),
+            live: LiveStacks::default(),
+            truncated_stacks: 0,
+            completed_stacks: 0,
             user_addrs: Vec::new(),
             exclude_pid: None,
             blocked: HashMap::new(),
@@ -123,7 +128,7 @@ impl<W: io::Write> State<W> {
         self.tids.insert(tid);
     }
 
-    fn rel(&self, t: u64) -> u64 {
+    pub(crate) fn rel(&self, t: u64) -> u64 {
         t.saturating_sub(self.start_mono)
     }
 
@@ -148,6 +153,10 @@ impl<W: io::Write> State<W> {
         recs.sort_by_key(record_time);
         for r in recs {
             self.handle(r);
+        }
+        if let Some(u) = &mut self.unwinder {
+            let done = self.live.end_round(u);
+            self.write_settled(done);
         }
     }
 
@@ -191,7 +200,9 @@ impl<W: io::Write> State<W> {
                 if exec {
                     self.procs.exec(pid);
                     if let Some(u) = &mut self.unwinder {
+                        let done = self.live.forget_process(u, pid);
                         u.exec(pid);
+                        self.write_settled(done);
                     }
                 }
                 self.seen(pid, tid);
@@ -209,6 +220,14 @@ impl<W: io::Write> State<W> {
                 let t = self.rel(time);
                 if exit {
                     self.blocked.remove(&tid);
+                    if let Some(u) = &mut self.unwinder {
+                        let done = if pid == tid {
+                            self.live.forget_process(u, pid)
+                        } else {
+                            self.live.exit(u, tid)
+                        };
+                        self.write_settled(done);
+                    }
                     self.writer.exit(t, pid, tid);
                 } else {
                     self.procs.fork(ppid, pid);
@@ -305,106 +324,6 @@ impl<W: io::Write> State<W> {
             end,
             pgoff,
             module: id,
-        });
-    }
-
-    /// Whether a leading kernel frame belongs to the profiler, not the workload.
-    fn trimmed(&self, addr: u64) -> bool {
-        self.trim.contains(addr) || (self.off_cpu && self.trim_sched.contains(addr))
-    }
-
-    /// A user frame: (module, offset) through the process's mappings, or the
-    /// bare address in the `[unknown]` module.
-    fn user_frame(&self, pid: u32, addr: u64) -> Frame {
-        self.procs.resolve(pid, addr).unwrap_or(Frame {
-            module: self.unknown_module,
-            address: addr,
-        })
-    }
-
-    /// A kernel frame; the first time an address is seen, the symbol it
-    /// falls in is written too.
-    fn kernel_frame(&mut self, addr: u64) -> Frame {
-        if self.kernel_addrs.insert(addr) {
-            if let Some(i) = self.kallsyms.lookup(addr) {
-                if self.symbols_written.insert(i) {
-                    let sym = self.kallsyms.symbol(i);
-                    self.writer.kernel_symbol(&sym);
-                }
-            }
-        }
-        Frame {
-            module: self.kernel_module,
-            address: addr,
-        }
-    }
-
-    fn sample(&mut self, s: &SampleRecord<'_>) {
-        if self.exclude_pid == Some(s.pid) {
-            return;
-        }
-        self.seen(s.pid, s.tid);
-        let mut frames = std::mem::take(&mut self.frames);
-        frames.clear();
-        let mut trimming = true;
-        for (side, addr) in callchain::frames(s.callchain(), None) {
-            match side {
-                Side::Kernel => {
-                    if trimming && self.trimmed(addr) {
-                        continue;
-                    }
-                    trimming = false;
-                    let f = self.kernel_frame(addr);
-                    frames.push(f);
-                }
-                Side::User => {
-                    trimming = false;
-                    let frame = self.user_frame(s.pid, addr);
-                    frames.push(frame);
-                }
-            }
-        }
-        if let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) {
-            let mut addrs = std::mem::take(&mut self.user_addrs);
-            addrs.clear();
-            u.unwind(s.pid, UserRegs { ip, sp, bp }, s.user_stack, &mut addrs);
-            for (i, &a) in addrs.iter().enumerate() {
-                // Return addresses step back into the call instruction.
-                let addr = if i == 0 { a } else { a.wrapping_sub(1) };
-                let frame = self.user_frame(s.pid, addr);
-                frames.push(frame);
-            }
-            self.user_addrs = addrs;
-        }
-        if frames.is_empty() && s.ip != 0 {
-            let f = if s.ip >= 1 << 63 {
-                self.kernel_frame(s.ip)
-            } else {
-                self.user_frame(s.pid, s.ip)
-            };
-            frames.push(f);
-        }
-        // Intern root first, the order stack nodes are made in: frames new
-        // to the file then get consecutive ids along the new nodes, which
-        // the nodes' frame column stores as small deltas.
-        let mut ids = std::mem::take(&mut self.frame_ids);
-        ids.clear();
-        ids.extend(frames.iter().rev().map(|&f| self.writer.frame(f)));
-        let stack = self.writer.stack(&ids);
-        self.frames = frames;
-        self.frame_ids = ids;
-        let time_ns = self.rel(s.time);
-        if self.off_cpu {
-            // Weighed when the thread runs again (see the Switch record).
-            self.blocked.insert(s.tid, (s.pid, stack, time_ns));
-            return;
-        }
-        self.writer.sample(Sample {
-            time_ns,
-            pid: s.pid,
-            tid: s.tid,
-            stack,
-            weight: 1,
         });
     }
 }

@@ -60,6 +60,12 @@ pub enum Sample {
     /// `recursion_run`, with all the work in `recursion_leaf` at the bottom. Work size:
     /// `--units N` (default 285,000 ≈ 1 s).
     Recursion,
+    /// `deep-stack`: two threads (the main one and `deep-2`) each recursing 100 levels
+    /// (101 frames of 2 KiB, over 200 KiB of stack) through `deep_stack_descend_a` below
+    /// `deep_stack_run`, with the work in `deep_stack_leaf`: stacks deeper than any copy a
+    /// sample carries. `--alternate` alternates rounds with an equally deep chain of
+    /// `deep_stack_descend_b`. Work size: `--units N` (default 285,000 ≈ 1 s in all).
+    DeepStack,
 }
 
 /// Which share of the samples an [`ExpectedShare`] is about.
@@ -334,6 +340,20 @@ const RECURSION_EXPECTED: &[ExpectedShare] = &[
     },
 ];
 
+const DEEP_STACK_EXPECTED: &[ExpectedShare] = &[
+    // Everything but start-up, the thread's creation and exit is at the bottom.
+    ExpectedShare {
+        function: "deep_stack_leaf",
+        kind: ShareKind::SelfPct,
+        pct: 100.0,
+    },
+    ExpectedShare {
+        function: "deep_stack_run",
+        kind: ShareKind::TotalPct,
+        pct: 100.0,
+    },
+];
+
 impl Sample {
     /// Every sample, in a stable order.
     pub const ALL: &'static [Sample] = &[
@@ -344,6 +364,7 @@ impl Sample {
         Sample::Sleeper,
         Sample::InlineHeavy,
         Sample::Recursion,
+        Sample::DeepStack,
     ];
 
     /// The binary's name, e.g. `cpu-mix` (also the stem of its source file).
@@ -356,6 +377,7 @@ impl Sample {
             Sample::Sleeper => "sleeper",
             Sample::InlineHeavy => "inline-heavy",
             Sample::Recursion => "recursion",
+            Sample::DeepStack => "deep-stack",
         }
     }
 
@@ -369,6 +391,7 @@ impl Sample {
             Sample::Sleeper => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/sleeper.rs"),
             Sample::InlineHeavy => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/inline-heavy.rs"),
             Sample::Recursion => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/recursion.rs"),
+            Sample::DeepStack => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/deep-stack.rs"),
         })
     }
 
@@ -384,6 +407,7 @@ impl Sample {
             Sample::Sleeper => SLEEPER_EXPECTED,
             Sample::InlineHeavy => INLINE_HEAVY_EXPECTED,
             Sample::Recursion => RECURSION_EXPECTED,
+            Sample::DeepStack => DEEP_STACK_EXPECTED,
         }
     }
 
@@ -424,6 +448,12 @@ impl Sample {
                 frames: 251,
                 leaf: "recursion_leaf",
             }),
+            // 100 levels below the first call: 101 frames.
+            Sample::DeepStack => Some(ExpectedDepth {
+                function: "deep_stack_descend_a",
+                frames: 101,
+                leaf: "deep_stack_leaf",
+            }),
             _ => None,
         }
     }
@@ -454,7 +484,8 @@ impl Sample {
             | Sample::Threads
             | Sample::ProcTree
             | Sample::InlineHeavy
-            | Sample::Recursion => 285_000,
+            | Sample::Recursion
+            | Sample::DeepStack => 285_000,
             Sample::SyscallLoop => 1_200_000,
             Sample::Sleeper => 10,
         }
@@ -467,7 +498,8 @@ impl Sample {
             | Sample::Threads
             | Sample::ProcTree
             | Sample::InlineHeavy
-            | Sample::Recursion => "--units",
+            | Sample::Recursion
+            | Sample::DeepStack => "--units",
             Sample::SyscallLoop => "--iterations",
             Sample::Sleeper => "--rounds",
         }
@@ -671,6 +703,7 @@ fn rustc_flags(sample: Sample, fp: FramePointers) -> Vec<&'static str> {
         Sample::Sleeper => "--crate-name=sleeper",
         Sample::InlineHeavy => "--crate-name=inline_heavy",
         Sample::Recursion => "--crate-name=recursion",
+        Sample::DeepStack => "--crate-name=deep_stack",
     });
     flags
 }

@@ -39,6 +39,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "threads": s.threads,
             "bytes": s.bytes,
             "truncated_stacks": s.truncated_stacks,
+            "completed_stacks": s.completed_stacks,
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
         });
@@ -79,7 +80,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     println!("duration:   {:.2} s", s.duration_s);
     println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
     if m.call_graph == "dwarf" {
-        println!("stacks cut short: {}", s.truncated_stacks);
+        println!(
+            "stacks:     {} deeper than their copy completed from the live thread, {} cut short",
+            s.completed_stacks, s.truncated_stacks
+        );
     }
     if m.weight_unit != "samples" {
         println!("weight:     {} {}", s.weight, m.weight_unit);

@@ -146,15 +146,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if live {
         eprint!("\r\x1b[K");
     }
-    if summary.truncated_stacks > 0 && summary.samples >= 100 {
-        let pct = summary.truncated_stacks as f64 * 100.0 / summary.samples as f64;
-        if pct >= 1.0 {
-            eprintln!(
-                "flamerec: warning: {:.1}% of user stacks were cut short; a larger --stack-size may help",
-                pct
-            );
-        }
-    }
     for w in &summary.warnings {
         eprintln!("flamerec: warning: {w}");
     }

@@ -56,6 +56,9 @@ pub struct UnwindSections {
     pub text: Option<Range<u64>>,
     /// `.got` address range.
     pub got: Option<Range<u64>>,
+    /// The ELF entry point (stated address), where a process or the dynamic
+    /// loader starts: nothing calls it, so a stack ending there is whole.
+    pub entry: Option<u64>,
 }
 
 impl UnwindSections {
@@ -140,6 +143,7 @@ pub fn read_unwind_sections<S: Source + ?Sized>(src: &S) -> Option<UnwindSection
         .collect();
     let mut out = UnwindSections {
         segments,
+        entry: (header.e_entry != 0).then_some(header.e_entry),
         ..Default::default()
     };
     let sh_bytes = src.read(header.e_shoff, u64::from(header.e_shnum) * 64)?;

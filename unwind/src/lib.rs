@@ -6,9 +6,16 @@
 //! perf.data import) reports, and per file the unwind sections, read lazily
 //! on first mapping and shared by every process that maps the file. It
 //! never touches another process's memory: all stack bytes come from the
-//! caller. Pure Rust, no unsafe.
+//! caller, the copied slice and, past its end, whatever a [`Beyond`] gives.
+//! Pure Rust, no unsafe.
+//!
+//! A stack counts as whole when its unwind rules say it ends (`_start`,
+//! `clone3` and `start_thread` mark their return address undefined), or when
+//! unwinding stops in the entry point of an ELF file: the dynamic loader's
+//! `_start`, or the entry of a stripped binary, which nothing calls.
 #![forbid(unsafe_code)]
 
+mod beyond;
 pub mod callchain;
 mod elf;
 
@@ -17,8 +24,9 @@ use std::fs::File;
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
+pub use beyond::{Beyond, FrameState, OuterFrames};
 pub use elf::{read_unwind_sections, Bytes, Source, UnwindSections};
 
 /// The user registers unwinding starts from.
@@ -35,10 +43,21 @@ pub struct UserRegs {
 /// How an unwind ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Reached the outermost frame.
+    /// Reached the thread's entry.
     Complete,
-    /// Stopped early: the stack copy ended, or no rule matched.
-    Truncated,
+    /// Stopped early.
+    Truncated(Cut),
+}
+
+/// Why a stack was cut short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// It needed memory past the copied slice that could not be had.
+    CopyEnded,
+    /// No unwind rule (or a broken one) for some frame's code.
+    NoRule,
+    /// Longer than the frame limit (a cycle in corrupt frames, or runaway recursion).
+    TooDeep,
 }
 
 /// Running counts, for `info` and the end summary.
@@ -48,16 +67,22 @@ pub struct Stats {
     pub stacks: u64,
     /// Of those, stacks cut short.
     pub truncated: u64,
+    /// Of the cut ones, those that needed memory past the copy.
+    pub cut_copy_ended: u64,
+    /// Whole stacks that needed memory past the copy (and got it).
+    pub completed_beyond: u64,
     /// Files whose unwind sections could not be read.
     pub unreadable_files: u64,
 }
 
 type Unwinder = UnwinderX86_64<Bytes>;
 
+#[derive(Clone)]
 struct Process {
     unwinder: Unwinder,
-    /// Module start → end, to remove what a new mapping covers.
-    ranges: BTreeMap<u64, u64>,
+    /// Module start → (end, entry point address if the file has one), to
+    /// remove what a new mapping covers and to know entry points.
+    ranges: BTreeMap<u64, (u64, Option<u64>)>,
 }
 
 impl Process {
@@ -66,6 +91,18 @@ impl Process {
             unwinder: Unwinder::new(),
             ranges: BTreeMap::new(),
         }
+    }
+
+    /// Whether `addr` (a return address into its caller's code) lies at
+    /// the start of an entry point: the call an entry function makes is
+    /// within its first bytes (glibc's `_start` calls at +0x21, the dynamic
+    /// loader's at +0x3).
+    fn is_entry(&self, addr: u64) -> bool {
+        const ENTRY_WINDOW: u64 = 64;
+        let Some((_, &(end, entry))) = self.ranges.range(..=addr).next_back() else {
+            return false;
+        };
+        addr < end && entry.is_some_and(|e| addr >= e && addr - e < ENTRY_WINDOW)
     }
 }
 
@@ -149,7 +186,7 @@ impl StackUnwinder {
         let covered: Vec<u64> = proc
             .ranges
             .range(..end)
-            .filter(|(_, &e)| e > start)
+            .filter(|(_, &(e, _))| e > start)
             .map(|(&s, _)| s)
             .collect();
         for s in covered {
@@ -175,7 +212,8 @@ impl StackUnwinder {
         };
         proc.unwinder
             .add_module(Module::new(path.to_string(), start..end, base_avma, info));
-        proc.ranges.insert(start, end);
+        let entry = sections.entry.map(|e| base_avma.wrapping_add(e));
+        proc.ranges.insert(start, (end, entry));
     }
 
     /// `pid` called exec: its old mappings are gone.
@@ -189,10 +227,7 @@ impl StackUnwinder {
             return;
         }
         if let Some(p) = self.processes.get(&parent) {
-            let copy = Process {
-                unwinder: p.unwinder.clone(),
-                ranges: p.ranges.clone(),
-            };
+            let copy = p.clone();
             self.processes.insert(child, copy);
         }
     }
@@ -212,44 +247,285 @@ impl StackUnwinder {
         stack: &[u8],
         out: &mut Vec<u64>,
     ) -> Outcome {
+        self.unwind_beyond(pid, regs, stack, None, out)
+    }
+
+    /// Like [`StackUnwinder::unwind`], reading what lies past the copy
+    /// through `beyond` when unwinding gets there.
+    pub fn unwind_beyond(
+        &mut self,
+        pid: u32,
+        regs: UserRegs,
+        stack: &[u8],
+        mut beyond: Option<&mut dyn Beyond>,
+        out: &mut Vec<u64>,
+    ) -> Outcome {
         self.stats.stacks += 1;
-        let sp = regs.sp;
-        let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            let off = addr.checked_sub(sp).ok_or(())?;
-            let off = usize::try_from(off).map_err(|_| ())?;
-            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
-            let mut word = [0u8; 8];
-            word.copy_from_slice(bytes);
-            Ok(u64::from_le_bytes(word))
-        };
         let empty;
-        let unwinder = match self.processes.get(&pid) {
-            Some(p) => &p.unwinder,
+        let proc = match self.processes.get(&pid) {
+            Some(p) => p,
             None => {
-                empty = Unwinder::new();
+                empty = Process::new();
                 &empty
             }
         };
-        let mut iter = unwinder.iter_frames(
-            regs.ip,
-            UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
-            &mut self.cache,
-            &mut read_stack,
-        );
+        let copy = Copy {
+            start: regs.sp,
+            bytes: stack,
+        };
         let start = out.len();
+        let mut used_beyond = false;
+        // Whether `beyond` accepted this sample (asked once, when first needed).
+        let mut entered: Option<bool> = None;
+        // A read past the copy failed (none given, or `beyond` had none).
+        let mut missed_past_copy = false;
+        // The first caller frame entirely past the copy, and where its frames start in `out`.
+        let mut memo: Option<(FrameState, usize)> = None;
+        let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+        out.push(regs.ip);
         let outcome = loop {
             if out.len() - start >= self.max_frames {
-                break Outcome::Truncated;
+                break Outcome::Truncated(Cut::TooDeep);
             }
-            match iter.next() {
-                Ok(Some(frame)) => out.push(frame.address()),
+            let frame_sp = uregs.sp();
+            let mut read = |addr: u64| -> Result<u64, ()> {
+                if let Some(w) = copy.word(addr) {
+                    return Ok(w);
+                }
+                if addr < copy.end() {
+                    return Err(());
+                }
+                let w = beyond.as_deref_mut().and_then(|b| {
+                    used_beyond = true;
+                    if *entered.get_or_insert_with(|| b.enter(frame_sp)) {
+                        b.read(addr)
+                    } else {
+                        None
+                    }
+                });
+                missed_past_copy |= w.is_none();
+                w.ok_or(())
+            };
+            let step = proc
+                .unwinder
+                .unwind_frame(address, &mut uregs, &mut self.cache, &mut read);
+            let ra = match step {
+                Ok(Some(ra)) => ra,
                 Ok(None) => break Outcome::Complete,
-                Err(_) => break Outcome::Truncated,
+                Err(_) if missed_past_copy => break Outcome::Truncated(Cut::CopyEnded),
+                Err(_) => break Outcome::Truncated(Cut::NoRule),
+            };
+            let Some(next) = FrameAddress::from_return_address(ra) else {
+                break Outcome::Truncated(Cut::NoRule);
+            };
+            let state = FrameState {
+                ip: ra,
+                sp: uregs.sp(),
+                bp: uregs.bp(),
+            };
+            if memo.is_none() && state.sp >= copy.end() {
+                if let Some(b) = beyond.as_deref_mut() {
+                    let accepted = *entered.get_or_insert_with(|| b.enter(frame_sp));
+                    if let Some(known) = b.recall(state).filter(|_| accepted) {
+                        used_beyond = true;
+                        out.extend_from_slice(&known.frames);
+                        break if known.complete {
+                            Outcome::Complete
+                        } else {
+                            Outcome::Truncated(Cut::CopyEnded)
+                        };
+                    }
+                    memo = Some((state, out.len()));
+                }
             }
+            out.push(ra);
+            address = next;
         };
-        if outcome == Outcome::Truncated {
-            self.stats.truncated += 1;
+        // framehop caches the rule it falls back to (frame pointers) when a
+        // frame's own rule could not be evaluated — also when that was only
+        // for want of memory past the copy, which later samples may have.
+        // Such a rule is wrong for frames that do not keep a frame pointer
+        // (rustc's 540 KB compiler frame), so it must not outlive this stack.
+        if missed_past_copy {
+            self.cache = CacheX86_64::new();
+        }
+        // A stack that stops in an entry point is whole; whatever a
+        // frame-pointer guess made of the bytes past it is not a caller.
+        let outcome = match outcome {
+            Outcome::Truncated(_) => {
+                match out[start + 1..].iter().position(|&a| proc.is_entry(a)) {
+                    Some(i) => {
+                        out.truncate(start + 2 + i);
+                        Outcome::Complete
+                    }
+                    None => outcome,
+                }
+            }
+            complete => complete,
+        };
+        if let (Some((state, at)), Some(b)) = (memo, beyond) {
+            if at < out.len()
+                && entered == Some(true)
+                && !matches!(outcome, Outcome::Truncated(Cut::TooDeep))
+            {
+                b.remember(
+                    state,
+                    OuterFrames {
+                        frames: out[at..].into(),
+                        complete: outcome == Outcome::Complete,
+                    },
+                );
+            }
+        }
+        match outcome {
+            Outcome::Complete if used_beyond => self.stats.completed_beyond += 1,
+            Outcome::Complete => {}
+            Outcome::Truncated(cut) => {
+                self.stats.truncated += 1;
+                if cut == Cut::CopyEnded {
+                    self.stats.cut_copy_ended += 1;
+                }
+            }
         }
         outcome
+    }
+}
+
+/// The copied slice of a stack: `bytes` from address `start` upwards.
+struct Copy<'a> {
+    start: u64,
+    bytes: &'a [u8],
+}
+
+impl Copy<'_> {
+    fn end(&self) -> u64 {
+        self.start.saturating_add(self.bytes.len() as u64)
+    }
+
+    fn word(&self, addr: u64) -> Option<u64> {
+        let off = usize::try_from(addr.checked_sub(self.start)?).ok()?;
+        let bytes = self.bytes.get(off..off.checked_add(8)?)?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(bytes);
+        Some(u64::from_le_bytes(word))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A frame-pointer stack (code without unwind info falls back to frame
+    /// pointers): frame i at `LO + 0x40 + 0x100 * i` holds the next frame
+    /// pointer and the return address `0x5000 + i`; the last one links to 0.
+    const LO: u64 = 0x7f00_0000;
+    const FRAMES: u64 = 40;
+
+    fn memory() -> Vec<u8> {
+        let mut m = vec![0u8; (0x40 + 0x100 * FRAMES + 0x100) as usize];
+        for i in 0..FRAMES {
+            let fp = 0x40 + 0x100 * i;
+            let next = if i + 1 == FRAMES { 0 } else { LO + fp + 0x100 };
+            m[fp as usize..fp as usize + 8].copy_from_slice(&next.to_le_bytes());
+            m[fp as usize + 8..fp as usize + 16].copy_from_slice(&(0x5000 + i).to_le_bytes());
+        }
+        m
+    }
+
+    fn regs() -> UserRegs {
+        UserRegs {
+            ip: 0x4000,
+            sp: LO,
+            bp: LO + 0x40,
+        }
+    }
+
+    fn expected() -> Vec<u64> {
+        std::iter::once(0x4000)
+            .chain((0..FRAMES).map(|i| 0x5000 + i))
+            .collect()
+    }
+
+    /// The rest of `memory()` past a copy, with a memo.
+    struct Rest {
+        mem: Vec<u8>,
+        reads: usize,
+        memo: HashMap<FrameState, OuterFrames>,
+    }
+
+    impl Beyond for Rest {
+        fn enter(&mut self, _frame_sp: u64) -> bool {
+            !self.mem.is_empty()
+        }
+        fn read(&mut self, addr: u64) -> Option<u64> {
+            self.reads += 1;
+            let off = usize::try_from(addr.checked_sub(LO)?).ok()?;
+            Some(u64::from_le_bytes(
+                self.mem.get(off..off + 8)?.try_into().ok()?,
+            ))
+        }
+        fn recall(&mut self, state: FrameState) -> Option<OuterFrames> {
+            self.memo.get(&state).cloned()
+        }
+        fn remember(&mut self, state: FrameState, outer: OuterFrames) {
+            self.memo.insert(state, outer);
+        }
+    }
+
+    #[test]
+    fn a_stack_inside_the_copy_is_whole() {
+        let mut u = StackUnwinder::new();
+        let mut out = Vec::new();
+        assert_eq!(u.unwind(1, regs(), &memory(), &mut out), Outcome::Complete);
+        assert_eq!(out, expected());
+        assert_eq!(u.stats().truncated, 0);
+    }
+
+    #[test]
+    fn a_stack_past_the_copy_is_cut_without_memory_beyond_it() {
+        let mut u = StackUnwinder::new();
+        let mut out = Vec::new();
+        let copy = &memory()[..0x400];
+        let o = u.unwind(1, regs(), copy, &mut out);
+        assert_eq!(o, Outcome::Truncated(Cut::CopyEnded));
+        assert_eq!(out[..], expected()[..out.len()]);
+        assert_eq!((u.stats().truncated, u.stats().cut_copy_ended), (1, 1));
+    }
+
+    #[test]
+    fn memory_beyond_the_copy_completes_it_and_later_samples_recall_it() {
+        let mut u = StackUnwinder::new();
+        let mem = memory();
+        let mut rest = Rest {
+            mem: mem.clone(),
+            reads: 0,
+            memo: HashMap::new(),
+        };
+        let mut out = Vec::new();
+        let o = u.unwind_beyond(1, regs(), &mem[..0x400], Some(&mut rest), &mut out);
+        assert_eq!(o, Outcome::Complete);
+        assert_eq!(out, expected());
+        assert!(rest.reads > 0);
+        assert_eq!(rest.memo.len(), 1);
+        // Same thread, same deep frames: recalled, not read again (only the
+        // frame the copy ends in reads past it before the memo applies).
+        let reads = rest.reads;
+        let mut again = Vec::new();
+        let o = u.unwind_beyond(1, regs(), &mem[..0x400], Some(&mut rest), &mut again);
+        assert_eq!((o, &again), (Outcome::Complete, &out));
+        assert!(rest.reads - reads <= 2, "{} more reads", rest.reads - reads);
+        assert_eq!(u.stats().completed_beyond, 2);
+        // What cannot be read past the copy leaves the stack cut.
+        let mut none = Rest {
+            mem: Vec::new(),
+            reads: 0,
+            memo: HashMap::new(),
+        };
+        let mut cut = Vec::new();
+        let o = u.unwind_beyond(1, regs(), &mem[..0x400], Some(&mut none), &mut cut);
+        assert_eq!(o, Outcome::Truncated(Cut::CopyEnded));
+        assert!(cut.len() < out.len());
     }
 }

@@ -1,0 +1,243 @@
+//! One sample, from its perf record to the file: the user part first (its
+//! callchain's user frames, or its stack copy unwound — past the copy where
+//! the thread's live stack shows the callers, see `deep`), then the kernel
+//! part (profiler frames trimmed, symbols written), then the stack interned
+//! and the sample written.
+//!
+//! The user part is done as records arrive, in order with the mappings it
+//! resolves against. The kernel part needs the kernel's symbol table, which
+//! takes a while to read at start: until it is in, samples wait here with
+//! their kernel addresses raw, so the recorder drains its rings from the
+//! start and loses nothing meanwhile.
+
+use std::io;
+
+use flamerec_format::{Frame, Sample};
+use flamerec_symbolize::kallsyms::Kallsyms;
+use flamerec_unwind::callchain::{self, Side};
+use flamerec_unwind::{Outcome, UserRegs};
+
+use crate::deep::{Pending, Settled, Unwound, UserStack};
+use crate::state::State;
+use crate::trim::{is_sampling_path, is_scheduler};
+use flamerec_perf::parse::SampleRecord;
+
+/// A sample whose user part is done.
+pub(crate) struct RawSample {
+    pub pid: u32,
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns.
+    pub time: u64,
+    pub ip: u64,
+    /// Kernel callchain, leaf first, untrimmed.
+    pub kernel: Vec<u64>,
+    /// User frames, leaf first.
+    pub user: Vec<Frame>,
+}
+
+impl<W: io::Write> State<W> {
+    /// The kernel's symbol table is in: trimming can start, and the samples
+    /// that waited for it are written.
+    pub(crate) fn set_kallsyms(&mut self, kallsyms: Kallsyms) {
+        if self.kernel && kallsyms.is_empty() {
+            self.warnings.push(
+                "kernel symbols are hidden (/proc/kallsyms shows no addresses: check kernel.kptr_restrict); kernel frames will show as addresses"
+                    .into(),
+            );
+        }
+        let keep = self.keep_profiler_frames;
+        let extra = &self.extra_trim;
+        self.trim =
+            kallsyms.ranges(|n| (!keep && is_sampling_path(n)) || extra.iter().any(|e| e == n));
+        self.trim_sched = kallsyms.ranges(|n| !keep && is_scheduler(n));
+        self.kallsyms = Some(kallsyms);
+        for raw in std::mem::take(&mut self.held) {
+            self.finish_raw(raw);
+        }
+    }
+
+    pub(crate) fn sample(&mut self, s: &SampleRecord<'_>) {
+        if self.exclude_pid == Some(s.pid) {
+            return;
+        }
+        self.seen(s.pid, s.tid);
+        let mut raw = RawSample {
+            pid: s.pid,
+            tid: s.tid,
+            time: s.time,
+            ip: s.ip,
+            kernel: Vec::new(),
+            user: Vec::new(),
+        };
+        for (side, addr) in callchain::frames(s.callchain(), None) {
+            match side {
+                Side::Kernel => raw.kernel.push(addr),
+                Side::User => raw.user.push(self.user_frame(s.pid, addr)),
+            }
+        }
+        let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) else {
+            self.finish_raw(raw);
+            return;
+        };
+        let stack = UserStack {
+            pid: s.pid,
+            tid: s.tid,
+            time: s.time,
+            regs: UserRegs { ip, sp, bp },
+            copy: s.user_stack,
+        };
+        let mut addrs = std::mem::take(&mut self.user_addrs);
+        addrs.clear();
+        let unwound = self.live.unwind(u, &stack, &mut addrs);
+        // Earlier samples of this thread that this one shows whole (or cut).
+        let settled = self.live.settle(u, &stack, unwound.as_ref().ok());
+        if let Err(boundary) = &unwound {
+            if !self.off_cpu {
+                let boundary = *boundary;
+                self.user_addrs = addrs;
+                let pending = Pending {
+                    regs: stack.regs,
+                    copy: s.user_stack.to_vec(),
+                    raw,
+                    boundary,
+                    round: 0,
+                };
+                self.live.wait(pending, boundary);
+                self.write_settled(settled);
+                return;
+            }
+            // Off-CPU samples are weighed when the thread runs again: no waiting.
+            u.unwind(s.pid, stack.regs, s.user_stack, &mut addrs);
+        }
+        self.write_settled(settled);
+        match unwound {
+            Ok(unwound) => self.count(&unwound),
+            Err(_) => self.truncated_stacks += 1,
+        }
+        self.push_user(&mut raw, &addrs);
+        self.user_addrs = addrs;
+        self.finish_raw(raw);
+    }
+
+    /// Unwound user addresses (ip first) as frames; return addresses step
+    /// back into the call instruction.
+    fn push_user(&self, raw: &mut RawSample, addrs: &[u64]) {
+        for (i, &a) in addrs.iter().enumerate() {
+            let addr = if i == 0 { a } else { a.wrapping_sub(1) };
+            raw.user.push(self.user_frame(raw.pid, addr));
+        }
+    }
+
+    /// Recording ends: samples still waiting to be shown whole are written cut.
+    pub(crate) fn finish_waiting(&mut self) {
+        if let Some(u) = &mut self.unwinder {
+            let done = self.live.finish_all(u);
+            self.write_settled(done);
+        }
+    }
+
+    pub(crate) fn write_settled(&mut self, done: Vec<Settled>) {
+        for d in done {
+            self.count(&d.unwound);
+            let mut raw = d.sample.raw;
+            self.push_user(&mut raw, &d.addrs);
+            self.finish_raw(raw);
+        }
+    }
+
+    fn count(&mut self, u: &Unwound) {
+        match u.outcome {
+            Outcome::Complete if u.beyond => self.completed_stacks += 1,
+            Outcome::Complete => {}
+            Outcome::Truncated(_) => self.truncated_stacks += 1,
+        }
+    }
+
+    /// The kernel part, once the symbol table is in (else the sample waits).
+    fn finish_raw(&mut self, raw: RawSample) {
+        if self.kallsyms.is_none() {
+            self.held.push(raw);
+            return;
+        }
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        let mut trimming = true;
+        for &addr in &raw.kernel {
+            if trimming && self.trimmed(addr) {
+                continue;
+            }
+            trimming = false;
+            frames.push(self.kernel_frame(addr));
+        }
+        frames.extend_from_slice(&raw.user);
+        if frames.is_empty() && raw.ip != 0 {
+            let f = if raw.ip >= 1 << 63 {
+                self.kernel_frame(raw.ip)
+            } else {
+                self.user_frame(raw.pid, raw.ip)
+            };
+            frames.push(f);
+        }
+        self.finish_sample(raw.pid, raw.tid, raw.time, frames);
+    }
+
+    /// Interns a sample's frames (leaf first) and writes it (off-CPU: keeps
+    /// it until the thread runs again). `time` is CLOCK_MONOTONIC ns.
+    fn finish_sample(&mut self, pid: u32, tid: u32, time: u64, frames: Vec<Frame>) {
+        // Intern root first, the order stack nodes are made in: frames new
+        // to the file then get consecutive ids along the new nodes, which
+        // the nodes' frame column stores as small deltas.
+        let mut ids = std::mem::take(&mut self.frame_ids);
+        ids.clear();
+        ids.extend(frames.iter().rev().map(|&f| self.writer.frame(f)));
+        let stack = self.writer.stack(&ids);
+        self.frames = frames;
+        self.frame_ids = ids;
+        let time_ns = self.rel(time);
+        if self.off_cpu {
+            // Weighed when the thread runs again (see the Switch record).
+            self.blocked.insert(tid, (pid, stack, time_ns));
+            return;
+        }
+        self.writer.sample(Sample {
+            time_ns,
+            pid,
+            tid,
+            stack,
+            weight: 1,
+        });
+    }
+
+    /// Whether a leading kernel frame belongs to the profiler, not the workload.
+    fn trimmed(&self, addr: u64) -> bool {
+        self.trim.contains(addr) || (self.off_cpu && self.trim_sched.contains(addr))
+    }
+
+    /// A user frame: (module, offset) through the process's mappings, or the
+    /// bare address in the `[unknown]` module.
+    fn user_frame(&self, pid: u32, addr: u64) -> Frame {
+        self.procs.resolve(pid, addr).unwrap_or(Frame {
+            module: self.unknown_module,
+            address: addr,
+        })
+    }
+
+    /// A kernel frame; the first time an address is seen, the symbol it
+    /// falls in is written too.
+    fn kernel_frame(&mut self, addr: u64) -> Frame {
+        if self.kernel_addrs.insert(addr) {
+            if let Some(k) = &self.kallsyms {
+                if let Some(i) = k.lookup(addr) {
+                    if self.symbols_written.insert(i) {
+                        let sym = k.symbol(i);
+                        self.writer.kernel_symbol(&sym);
+                    }
+                }
+            }
+        }
+        Frame {
+            module: self.kernel_module,
+            address: addr,
+        }
+    }
+}
