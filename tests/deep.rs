@@ -65,9 +65,13 @@ fn shape(stack: &[String]) -> Shape {
     }
 }
 
+/// Folded stacks: frames root first, and the count.
+type Stacks = Vec<(Vec<String>, u64)>;
+
 /// Records deep-stack with `args`; the folded stacks (inlined frames left
-/// out) and the count of each shape, or `None` when perf tests are skipped.
-fn record_deep(args: &[&str]) -> Option<(Vec<(Vec<String>, u64)>, [u64; 4])> {
+/// out) and the count of each shape (whole, cut, other, wrong), or `None`
+/// when perf tests are skipped.
+fn record_deep(args: &[&str]) -> Option<(Stacks, [u64; 4])> {
     let bin = sample_bin(Sample::DeepStack, FramePointers::No);
     let dir = tmp();
     let out = dir.path().join("deep.frec");
