@@ -73,8 +73,10 @@ pub fn run(clock: Clock, stall: Duration) -> Result<Vec<Report>, BoxError> {
             .join()
             .map_err(|_| "the loop thread panicked")?
     })?;
+    let stats = detector.stats();
     // Dropping the detector delivers what is still on its way.
     drop(detector);
+    eprintln!("stall_demo: {stats:?}");
     let reports = reports.lock().map_err(|_| "a report callback panicked")?;
     Ok(reports.clone())
 }

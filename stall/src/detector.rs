@@ -255,9 +255,8 @@ pub struct Stats {
 }
 
 /// A running stall detector. Share it (`&Detector` or `Arc<Detector>`)
-/// with the threads that register; dropping it stops its threads, closes
-/// every event and delivers no further report (it waits for a report being
-/// delivered to finish).
+/// with the threads that register; dropping it delivers the reports already
+/// decided, then stops its threads and closes every event.
 pub struct Detector {
     shared: Arc<Shared>,
     watcher: Option<JoinHandle<()>>,

@@ -7,7 +7,6 @@
 //! known mapping (a library loaded since), the mappings are read again.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +18,7 @@ use flamerec_unwind::{StackUnwinder, UserRegs};
 
 use crate::proc;
 use crate::report::{Clock, Frame, Report};
-use crate::state::{Shared, Slot};
+use crate::state::Shared;
 
 /// Kernel frames as captured.
 #[derive(Debug, Clone, Default)]
@@ -48,7 +47,6 @@ pub(crate) struct RawStack {
 pub(crate) struct RawReport {
     pub(crate) tid: u32,
     pub(crate) name: String,
-    pub(crate) slot: Arc<Slot>,
     pub(crate) stalled_ns: u64,
     pub(crate) new_ns: u64,
     pub(crate) ended: bool,
@@ -69,16 +67,15 @@ pub(crate) fn run(shared: Arc<Shared>, rx: Receiver<RawReport>, mut on_report: R
         .use_current_thread()
         .build()
         .ok();
-    let mut names = Names::new();
+    // Made on the first report: a program that never stalls never reads
+    // its binaries' unwind tables.
+    let mut names: Option<Names> = None;
     for raw in rx {
+        let names = names.get_or_insert_with(Names::new);
         let report = match &pool {
             Some(p) => p.install(|| names.report(&raw)),
             None => names.report(&raw),
         };
-        // A guard dropped meanwhile: its thread is no longer watched.
-        if !raw.slot.active.load(Ordering::Acquire) {
-            continue;
-        }
         shared.count(&shared.counters.reports, 1);
         on_report(&report);
     }

@@ -23,7 +23,7 @@ use crate::sys::{self, RingBuffer};
 pub(crate) struct Slot {
     /// Even: busy, odd: idle; changes with every tick.
     pub(crate) ticks: AtomicU64,
-    /// Cleared when the guard is dropped: no report is delivered after.
+    /// Cleared when the guard is dropped: no report is decided after.
     pub(crate) active: AtomicBool,
 }
 

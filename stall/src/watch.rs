@@ -40,6 +40,9 @@ struct Watched {
     admitted: bool,
     /// Wall clock: a report waiting for its capture.
     pending: Option<Pending>,
+    /// Wall clock: the thread once left the capture signal unanswered (it
+    /// blocks it): no more signals, reports without a user stack.
+    deaf: bool,
 }
 
 struct Pending {
@@ -129,6 +132,7 @@ impl Watcher {
                         accounted_ns: 0,
                         admitted: false,
                         pending: None,
+                        deaf: false,
                     });
                 }
                 Command::Remove(slot) => self.threads.retain(|w| !Arc::ptr_eq(&w.t.slot, &slot)),
@@ -235,6 +239,10 @@ impl Watcher {
             }
         }
         let w = &mut self.threads[i];
+        if w.deaf {
+            let _ = self.tx.send(report);
+            return true;
+        }
         if let Source::Wall(slot) = &w.t.source {
             slot.capture().request();
         }
@@ -280,12 +288,14 @@ impl Watcher {
             }
         } else if now.saturating_sub(p.asked_ns) > timeout_ns {
             let tid = w.t.tid;
+            w.deaf = true;
             if let Some(p) = w.pending.take() {
                 let _ = self.tx.send(p.report);
             }
             self.shared.warn(format!(
                 "stall detector: thread {tid} did not take the stack-capture signal \
-                 (is it blocked?); its reports have no user stack"
+                 within {} ms (does it block the signal?); its reports have no user stack",
+                timeout_ns / 1_000_000
             ));
         }
     }
@@ -322,6 +332,11 @@ impl Watcher {
 
     /// Asks the rate limit; a report (without its stack yet) if it agrees.
     fn admit(&mut self, i: usize, stalled_ns: u64, ended: bool, now: u64) -> Option<RawReport> {
+        // A dropped guard: nothing more is decided for its thread (what was
+        // decided before is still delivered).
+        if !self.threads[i].t.slot.active.load(Ordering::Acquire) {
+            return None;
+        }
         let Some(suppressed) = self.limit.admit(now) else {
             self.shared.count(&self.shared.counters.suppressed, 1);
             return None;
@@ -334,7 +349,6 @@ impl Watcher {
         Some(RawReport {
             tid: w.t.tid,
             name: w.t.name.clone(),
-            slot: Arc::clone(&w.t.slot),
             stalled_ns,
             new_ns,
             ended,
