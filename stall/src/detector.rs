@@ -104,9 +104,11 @@ impl Builder {
         self
     }
 
-    /// The real-time signal that takes stacks on the wall-clock path.
-    /// Default SIGRTMIN+5. It must have no handler in the program yet; its
-    /// handler stays installed for the life of the process.
+    /// The real-time signal that takes user stacks on the wall-clock path,
+    /// and on the CPU-clock path where kernel samples are refused (for a
+    /// stall spent in the kernel). Default SIGRTMIN+5. It must have no
+    /// handler in the program yet; its handler stays installed for the life
+    /// of the process.
     pub fn signal(mut self, signal: i32) -> Self {
         self.signal = Some(signal);
         self
@@ -188,7 +190,12 @@ impl Builder {
         let probe = |kernel| guard::open_perf(tid, period, stack_bytes, kernel).map(drop);
         let kernel_refused = if self.kernel_stacks {
             match probe(true) {
-                Ok(()) => return Ok(Mode::Perf { kernel: true }),
+                Ok(()) => {
+                    return Ok(Mode::Perf {
+                        kernel: true,
+                        signal: None,
+                    })
+                }
                 Err(e) => Some(e),
             }
         } else {
@@ -196,15 +203,25 @@ impl Builder {
         };
         match probe(false) {
             Ok(()) => {
+                // A stall inside the kernel leaves no sample then: its user
+                // stack is taken with the capture signal, if it is free.
+                let signal = self.capture_signal().ok();
                 if let Some(e) = kernel_refused {
+                    let stacks = if signal.is_some() {
+                        "a stall inside the kernel shows its user stack only"
+                    } else {
+                        "a stall inside the kernel has no stack (the capture signal is taken)"
+                    };
                     warnings.push(format!(
                         "kernel sampling is not allowed ({e}; kernel.perf_event_paranoid is {}): \
-                         stall reports have user frames only, and a stall inside the kernel \
-                         shows the thread's last user-mode stack",
+                         stall reports have user frames only; {stacks}",
                         paranoid()
                     ));
                 }
-                Ok(Mode::Perf { kernel: false })
+                Ok(Mode::Perf {
+                    kernel: false,
+                    signal,
+                })
             }
             Err(e) => {
                 warnings.push(format!(
@@ -216,6 +233,14 @@ impl Builder {
     }
 
     fn wall_mode(&self, proc_stacks: bool) -> Result<Mode, Error> {
+        Ok(Mode::Wall {
+            signal: self.capture_signal()?,
+            proc_stacks,
+        })
+    }
+
+    /// The capture signal, its handler installed.
+    fn capture_signal(&self) -> Result<i32, Error> {
         let (min, max) = sys::realtime_signals();
         let signal = self.signal.unwrap_or(min + DEFAULT_SIGNAL_OFFSET);
         if !(min..=max).contains(&signal) {
@@ -225,10 +250,7 @@ impl Builder {
             signal::InstallError::InUse => Error::SignalInUse(signal),
             signal::InstallError::Os(source) => Error::Sigaction { signal, source },
         })?;
-        Ok(Mode::Wall {
-            signal,
-            proc_stacks,
-        })
+        Ok(signal)
     }
 }
 
@@ -293,7 +315,7 @@ impl Detector {
     /// (CPU clock), or, as root, stacks of blocked threads (wall clock).
     pub fn kernel_stacks(&self) -> bool {
         match self.shared.config.mode {
-            Mode::Perf { kernel } => kernel,
+            Mode::Perf { kernel, .. } => kernel,
             Mode::Wall { proc_stacks, .. } => proc_stacks,
         }
     }

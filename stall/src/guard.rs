@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::proc;
-use crate::state::{lock, Command, Mode, Shared, Slot, Source, Thread};
+use crate::state::{lock, Command, Mode, PerfEvent, Shared, Slot, Thread};
 use crate::sys::signal::{Capture, WallSlot, MAX_THREADS};
 use crate::sys::{self, Counter, EventConfig, RingBuffer};
 
@@ -109,7 +109,7 @@ pub(crate) fn open_perf(
     period_ns: u64,
     stack_bytes: u32,
     kernel: bool,
-) -> Result<Source, Error> {
+) -> Result<PerfEvent, Error> {
     let cfg = event_config(period_ns, stack_bytes, kernel);
     let fd = sys::perf_event_open(&cfg, tid as i32, -1)
         .map_err(|source| Error::PerfOpen { tid, source })?;
@@ -120,7 +120,7 @@ pub(crate) fn open_perf(
         source,
     })?;
     sys::enable(&fd).map_err(|source| Error::PerfOpen { tid, source })?;
-    Ok(Source::Perf { fd, ring })
+    Ok(PerfEvent { fd, ring })
 }
 
 /// Registers the calling thread with the detector behind `shared`.
@@ -157,9 +157,14 @@ fn make_thread(shared: &Shared, tid: u32) -> Result<Thread, Error> {
     let slot = Arc::new(Slot::default());
     slot.active.store(true, Ordering::Release);
     let cfg = &shared.config;
-    let source = match cfg.mode {
-        Mode::Perf { kernel } => open_perf(tid, cfg.period_ns(), cfg.stack_bytes, kernel)?,
-        Mode::Wall { .. } => {
+    let perf = match cfg.mode {
+        Mode::Perf { kernel, .. } => {
+            Some(open_perf(tid, cfg.period_ns(), cfg.stack_bytes, kernel)?)
+        }
+        Mode::Wall { .. } => None,
+    };
+    let capture = match cfg.signal() {
+        Some(_) => {
             let wake = shared
                 .wake
                 .as_fd()
@@ -170,12 +175,14 @@ fn make_thread(shared: &Shared, tid: u32) -> Result<Thread, Error> {
                 })?;
             let (lo, hi) = stack.unwrap_or((0, 0));
             let capture = Capture::new(wake, lo, hi);
-            let slot = WallSlot::publish(tid, capture).ok_or(Error::TooManyThreads {
-                tid,
-                max: MAX_THREADS,
-            })?;
-            Source::Wall(slot)
+            Some(
+                WallSlot::publish(tid, capture).ok_or(Error::TooManyThreads {
+                    tid,
+                    max: MAX_THREADS,
+                })?,
+            )
         }
+        None => None,
     };
     Ok(Thread {
         tid,
@@ -183,6 +190,7 @@ fn make_thread(shared: &Shared, tid: u32) -> Result<Thread, Error> {
         slot,
         stack,
         start_time: proc::start_time(tid),
-        source,
+        perf,
+        capture,
     })
 }

@@ -30,17 +30,19 @@ pub(crate) struct Slot {
 /// How stalls are timed and stacks taken, decided at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    /// task-clock perf events; `kernel`: kernel samples allowed.
+    /// task-clock perf events.
     Perf {
-        /// Kernel stacks are sampled.
+        /// Kernel samples allowed.
         kernel: bool,
+        /// Without kernel samples, a stall spent in the kernel leaves no
+        /// sample: its user stack is then taken with this signal.
+        signal: Option<i32>,
     },
-    /// A wall-clock timer and the capture signal; `proc_stacks`: kernel
-    /// stacks of blocked threads from /proc.
+    /// A wall-clock timer and the capture signal.
     Wall {
         /// The capture signal.
         signal: i32,
-        /// /proc/self/task/TID/stack is readable.
+        /// /proc/self/task/TID/stack is readable: kernel stacks of blocked threads.
         proc_stacks: bool,
     },
 }
@@ -64,6 +66,14 @@ impl Config {
         (self.threshold_ns() / 4).max(1)
     }
 
+    /// The capture signal, where stacks may be taken with it.
+    pub(crate) fn signal(&self) -> Option<i32> {
+        match self.mode {
+            Mode::Perf { signal, .. } => signal,
+            Mode::Wall { signal, .. } => Some(signal),
+        }
+    }
+
     pub(crate) fn clock(&self) -> Clock {
         match self.mode {
             Mode::Perf { .. } => Clock::Cpu,
@@ -72,12 +82,10 @@ impl Config {
     }
 }
 
-/// Where a registered thread's stacks come from.
-pub(crate) enum Source {
-    /// Its task-clock event and ring.
-    Perf { fd: OwnedFd, ring: RingBuffer },
-    /// Its published capture buffer.
-    Wall(WallSlot),
+/// A registered thread's task-clock event and its ring.
+pub(crate) struct PerfEvent {
+    pub(crate) fd: OwnedFd,
+    pub(crate) ring: RingBuffer,
 }
 
 /// A thread handed to the watcher.
@@ -89,7 +97,10 @@ pub(crate) struct Thread {
     pub(crate) stack: Option<(u64, u64)>,
     /// Start time from /proc, to tell it from a later thread with its id.
     pub(crate) start_time: Option<u64>,
-    pub(crate) source: Source,
+    /// CPU clock: its event.
+    pub(crate) perf: Option<PerfEvent>,
+    /// Where the capture signal's handler leaves its stack, if used.
+    pub(crate) capture: Option<WallSlot>,
 }
 
 /// What registered threads ask of the watcher.

@@ -5,9 +5,10 @@
 //!
 //! It must stay quick: it never symbolizes, unwinds or calls user code, so
 //! a slow report never delays the timing of the next stall. CPU clock:
-//! stacks come from the thread's newest perf sample inside the stall.
-//! Wall clock: from the capture signal, sent only for a report that the
-//! rate limit let through.
+//! stacks come from the thread's newest perf sample inside the stall (where
+//! kernel samples are refused, a stall spent in the kernel has none: then
+//! from the capture signal). Wall clock: from the capture signal. The
+//! signal is sent only for a report that the rate limit let through.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
@@ -21,7 +22,7 @@ use flamerec_unwind::UserRegs;
 use crate::limit::RateLimit;
 use crate::namer::{KernelStack, RawReport, RawStack};
 use crate::proc;
-use crate::state::{lock, Command, Mode, Shared, Source, Thread};
+use crate::state::{lock, Command, Mode, Shared, Thread};
 use crate::sys::{self, Ready};
 use crate::window::{Verdict, Window};
 
@@ -80,10 +81,13 @@ pub(crate) fn run(shared: Arc<Shared>, tx: Sender<RawReport>) {
         let timeout = w.timeout_ms();
         let polled = {
             let mut fds: Vec<BorrowedFd<'_>> = vec![wake_rx];
-            fds.extend(w.threads.iter().filter_map(|t| match &t.t.source {
-                Source::Perf { fd, .. } => Some(fd.as_fd()),
-                Source::Wall(_) => None,
-            }));
+            // Under the CPU clock every thread has an event, so the
+            // readiness of thread i is at i + 1.
+            fds.extend(
+                w.threads
+                    .iter()
+                    .filter_map(|t| t.t.perf.as_ref().map(|p| p.fd.as_fd())),
+            );
             sys::poll(&fds, timeout, &mut ready)
         };
         if let Err(e) = polled {
@@ -106,9 +110,12 @@ impl Watcher {
         let busy = match self.shared.config.mode {
             // Samples wake us while a thread runs; the timer only sees
             // stalls end (a thread that ticked and went to sleep).
-            Mode::Perf { kernel: true } => self.threads.iter().any(|t| t.window.reported()),
+            Mode::Perf { kernel: true, .. } => self
+                .threads
+                .iter()
+                .any(|t| t.window.reported() || t.pending.is_some()),
             // Kernel samples are dropped: time kernel stalls by the count.
-            Mode::Perf { kernel: false } | Mode::Wall { .. } => !self.threads.is_empty(),
+            Mode::Perf { kernel: false, .. } | Mode::Wall { .. } => !self.threads.is_empty(),
         };
         if busy {
             period_ms
@@ -142,21 +149,21 @@ impl Watcher {
 
     /// The stall clock of a thread: its CPU time, or `now`.
     fn measure(&self, t: &Thread, now: u64) -> Option<u64> {
-        match &t.source {
-            Source::Perf { fd, .. } => sys::read_count(fd.as_fd()).ok(),
-            Source::Wall(_) => Some(now),
+        match &t.perf {
+            Some(p) => sys::read_count(p.fd.as_fd()).ok(),
+            None => Some(now),
         }
     }
 
     fn observe_all(&mut self, hangups: &[bool]) {
         let mut gone = Vec::new();
         for i in 0..self.threads.len() {
-            let alive = match self.threads[i].t.source {
-                Source::Perf { .. } => {
-                    self.observe_perf(i);
-                    !hangups.get(i).copied().unwrap_or(false)
-                }
-                Source::Wall(_) => self.observe_wall(i),
+            let now = sys::monotonic_ns();
+            self.collect_capture(i, now);
+            let alive = if self.threads[i].t.perf.is_some() {
+                self.observe_perf(i) && !hangups.get(i).copied().unwrap_or(false)
+            } else {
+                self.observe_wall(i)
             };
             if !alive {
                 gone.push(i);
@@ -169,17 +176,18 @@ impl Watcher {
         }
     }
 
-    fn observe_perf(&mut self, i: usize) {
+    /// CPU clock. Returns false when the thread is gone.
+    fn observe_perf(&mut self, i: usize) -> bool {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let w = &mut self.threads[i];
-        let Source::Perf { fd, ring } = &mut w.t.source else {
-            return;
+        let Some(perf) = &mut w.t.perf else {
+            return true;
         };
-        ring.drain(&mut buf);
-        let Ok(measure) = sys::read_count(fd.as_fd()) else {
+        perf.ring.drain(&mut buf);
+        let Ok(measure) = sys::read_count(perf.fd.as_fd()) else {
             self.buf = buf;
-            return;
+            return true;
         };
         let value = w.t.slot.ticks.load(Ordering::Relaxed);
         let now = sys::monotonic_ns();
@@ -190,24 +198,34 @@ impl Watcher {
         if let Some(s) = newest.filter(|s| s.time > w.window.since()) {
             w.last = Some(raw_stack(&s));
         }
-        if let Verdict::Report { stalled_ns } = verdict {
-            if let Some(mut report) = self.admit(i, stalled_ns, false, now) {
-                let w = &mut self.threads[i];
-                if let Some(mut stack) = w.last.take() {
-                    complete(&mut stack, w.t.stack, self.pid);
-                    w.last = Some(stack.clone());
-                    report.stack = stack;
-                }
-                let _ = self.tx.send(report);
-            }
-        }
         self.buf = buf;
+        let Verdict::Report { stalled_ns } = verdict else {
+            return true;
+        };
+        if self.threads[i].pending.is_some() {
+            return true;
+        }
+        let Some(mut report) = self.admit(i, stalled_ns, false, now) else {
+            return true;
+        };
+        let w = &mut self.threads[i];
+        match w.last.take() {
+            Some(mut stack) => {
+                complete(&mut stack, w.t.stack, self.pid);
+                w.last = Some(stack.clone());
+                report.stack = stack;
+                let _ = self.tx.send(report);
+                true
+            }
+            // No sample inside the stall: it is in the kernel, whose samples
+            // are not allowed here. The signal takes its user stack.
+            None => self.request_capture(i, report, now),
+        }
     }
 
-    /// Returns false when the thread is gone.
+    /// Wall clock. Returns false when the thread is gone.
     fn observe_wall(&mut self, i: usize) -> bool {
         let now = sys::monotonic_ns();
-        self.collect_capture(i, now);
         let value = self.threads[i].t.slot.ticks.load(Ordering::Relaxed);
         let verdict = self.step(i, value, now, now);
         let Verdict::Report { stalled_ns } = verdict else {
@@ -222,30 +240,35 @@ impl Watcher {
         if w.t.start_time.is_some() && proc::start_time(tid) != w.t.start_time {
             return false;
         }
-        let Mode::Wall {
-            signal,
-            proc_stacks,
-        } = self.shared.config.mode
-        else {
-            return true;
-        };
         let Some(mut report) = self.admit(i, stalled_ns, false, now) else {
             return true;
         };
         // Read before the signal disturbs it: where a blocked thread waits.
-        if proc_stacks && proc::is_blocked(tid) {
-            if let Some(names) = proc::kernel_stack(tid) {
-                report.stack.kernel = KernelStack::Named(names);
+        if let Mode::Wall {
+            proc_stacks: true, ..
+        } = self.shared.config.mode
+        {
+            if proc::is_blocked(tid) {
+                if let Some(names) = proc::kernel_stack(tid) {
+                    report.stack.kernel = KernelStack::Named(names);
+                }
             }
         }
+        self.request_capture(i, report, now)
+    }
+
+    /// Sends the capture signal for `report`, which waits until the stack
+    /// arrives; without a signal, sends it as it is. Returns false when the
+    /// thread is gone.
+    fn request_capture(&mut self, i: usize, report: RawReport, now: u64) -> bool {
+        let signal = self.shared.config.signal();
         let w = &mut self.threads[i];
-        if w.deaf {
+        let tid = w.t.tid;
+        let (Some(signal), Some(slot), false) = (signal, &w.t.capture, w.deaf) else {
             let _ = self.tx.send(report);
             return true;
-        }
-        if let Source::Wall(slot) = &w.t.source {
-            slot.capture().request();
-        }
+        };
+        slot.capture().request();
         match sys::tgkill(tid, signal) {
             Ok(()) => {
                 w.pending = Some(Pending {
@@ -265,13 +288,12 @@ impl Watcher {
         }
     }
 
-    /// Wall clock: hands over a report whose capture arrived, or gives up
-    /// on one the thread did not answer.
+    /// Hands over a report whose capture arrived, or gives up on one the
+    /// thread did not answer.
     fn collect_capture(&mut self, i: usize, now: u64) {
         let timeout_ns = self.shared.config.threshold_ns().max(1_000_000_000);
         let w = &mut self.threads[i];
-        let Some(p) = &w.pending else { return };
-        let Source::Wall(slot) = &w.t.source else {
+        let (Some(p), Some(slot)) = (&w.pending, &w.t.capture) else {
             return;
         };
         if let Some(([bp, sp, ip], stack)) = slot.capture().take() {
