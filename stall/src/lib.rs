@@ -40,9 +40,11 @@
 //! on the thread's behalf (page faults, `mmap`, copying) does, and kernel
 //! frames show where it went. Where kernel sampling is refused
 //! (`kernel.perf_event_paranoid` ≥ 2 without privileges) stacks are user
-//! frames only; where perf events are refused altogether (seccomp,
-//! paranoid 3) the detector falls back to the wall clock. Either is said
-//! once through [`Builder::on_warning`] and [`Detector::warnings`].
+//! frames only (a stall spent in the kernel leaves no sample then; its user
+//! stack is taken with the capture signal described below); where perf
+//! events are refused altogether (seccomp, paranoid 3) the detector falls
+//! back to the wall clock. Either is said once through
+//! [`Builder::on_warning`] and [`Detector::warnings`].
 //!
 //! [`Clock::Wall`]: any time without a tick counts, blocked included (call
 //! [`ThreadGuard::idle`] before waiting for work). A timer checks the
