@@ -13,9 +13,19 @@ pub(crate) fn put_u64(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// `v` zigzag-encoded: small negative numbers become small too.
+pub(crate) fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// The inverse of [`zigzag`].
+pub(crate) fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
 /// Appends `v` zigzag-encoded, so small negative deltas stay small.
 pub(crate) fn put_i64(out: &mut Vec<u8>, v: i64) {
-    put_u64(out, ((v << 1) ^ (v >> 63)) as u64);
+    put_u64(out, zigzag(v));
 }
 
 /// Appends a length-prefixed byte string.
@@ -73,8 +83,7 @@ impl<'a> Cursor<'a> {
     }
 
     pub(crate) fn i64(&mut self, what: &'static str) -> Result<i64, DecodeFail> {
-        let v = self.u64(what)?;
-        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+        Ok(unzigzag(self.u64(what)?))
     }
 
     /// A count of items each at least `min_item_bytes` long: refused when

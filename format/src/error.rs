@@ -19,7 +19,7 @@ pub enum FormatError {
     #[error("not a flamerec recording (no FLAMEREC header)")]
     NotFrec,
     /// Written by an incompatible flamerec.
-    #[error("recording format version {major}.{minor} is not supported (this flamerec reads {supported}.x)")]
+    #[error("recording format version {major}.{minor} is not supported (this flamerec reads 1.x to {supported}.x)")]
     UnsupportedVersion {
         /// Major version in the file.
         major: u16,

@@ -2,12 +2,19 @@
 
 /// First eight bytes of every `.frec` file.
 pub const MAGIC: [u8; 8] = *b"FLAMEREC";
-/// Readers refuse files whose major version differs.
-pub const VERSION_MAJOR: u16 = 1;
+/// The major version written. Readers refuse files of a major version they
+/// do not know; this one reads 1 and 2.
+///
+/// 2.0 (flamerec 0.2): the names section after the trailer; stack nodes
+/// whose frame is new say so in one byte; sample times relative to the
+/// sampling period. A reader of 1.x refuses 2.0 files with the version
+/// message rather than mistaking the new records for damage.
+pub const VERSION_MAJOR: u16 = 2;
 /// Minor versions change only what readers of the same major can ignore:
 /// new JSON fields, optional records, sections after the trailer.
-/// 1.1: the names section after the trailer.
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 0;
+/// The oldest major version readers still read.
+pub const OLDEST_MAJOR: u16 = 1;
 /// First four bytes of every chunk header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"FRCK";
 /// No chunk, compressed or not, is larger than this; readers refuse bigger ones.
@@ -28,6 +35,10 @@ pub(crate) mod tag {
     pub const SAMPLES: u8 = 11;
     pub const LOST: u8 = 12;
     pub const TOTALS: u8 = 13;
+    /// Stack nodes whose frame column says "the next new frame" in one byte (2.0).
+    pub const NODES_V2: u8 = 14;
+    /// Samples whose times are relative to the sampling period per thread (2.0).
+    pub const SAMPLES_V2: u8 = 15;
     /// From here on, records are `tag, length, payload`: a reader skips the
     /// ones it does not know.
     pub const FIRST_OPTIONAL: u8 = 64;

@@ -23,12 +23,14 @@
 //! | 3 | module | kind:u8, path string id, build id bytes; ids count up from 0 |
 //! | 4 | frames | n, n module ids, n addresses (signed delta from the previous address of the same module in the block); ids count up from 0 |
 //! | 6 | kernel symbols | n, then per symbol: start (signed delta from the previous), size, name string id, module string id |
-//! | 5 | stack nodes | n, n distances back to the parent (node id − parent id), n frame ids (signed delta from the previous); ids count up from 1, 0 is the empty stack |
+//! | 5 | stack nodes (1.x) | n, n distances back to the parent (node id − parent id), n frame ids (signed delta from the previous); ids count up from 1, 0 is the empty stack |
+//! | 14 | stack nodes (2.x) | as tag 5, but a frame is 0 for "the next frame no node referenced yet" (a frame's first use is by a new node, in frame id order), else its signed delta from the previous node's frame, plus one |
 //! | 7 | comm | time, pid, tid, name string id, exec:u8 |
 //! | 8 | fork | time, pid, ppid, tid, ptid |
 //! | 9 | exit | time, pid, tid |
 //! | 10 | mapping | time, pid, start, length, file offset, module id |
-//! | 11 | samples | n, first time in µs, then five columns of n values: time delta µs (signed), pid, tid − pid (signed), stack node id (signed, relative to the highest id so far in the block), weight |
+//! | 11 | samples (1.x) | n, first time in µs, then five columns of n values: time delta µs (signed), pid, tid − pid (signed), stack node id (signed, relative to the highest id so far in the block), weight |
+//! | 15 | samples (2.x) | n, first time in µs, sampling period in µs (0: none), then columns: pid, tid − pid (signed), time, stack (as tag 11), weight. A time is 2·zigzag(t − t_prev_same_thread − period) when its thread has an earlier sample in the block and there is a period, else 2·zigzag(t − t_prev_sample) + 1: sampled threads come back after about one period, so mostly jitter is left |
 //! | 12 | lost | time, count |
 //! | 13 | totals | JSON [`Totals`]; last record before the names section |
 //! | 64 | names | optional record: names of sampled user frames ([`write_names`]) |
@@ -40,6 +42,9 @@
 //! damage there leaves the recording whole and only its names partial.
 //!
 //! Times are nanoseconds since the recording started (samples: microseconds).
+//! Writers write format 2.0; readers read 1.x and 2.x (1.x readers refuse
+//! 2.0 files with the version message: tags 14 and 15 are new records they
+//! could not skip).
 //! Stacks are a prefix tree, root first: a sample names only its leaf node.
 //! The definitions a chunk introduces (strings, modules, frames, kernel
 //! symbols, stack nodes, in that order) stand at its head, one column-wise
@@ -61,7 +66,7 @@ mod types;
 mod writer;
 
 pub use error::FormatError;
-pub use layout::{MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR, VERSION_MINOR};
+pub use layout::{MAGIC, MAX_CHUNK_BYTES, OLDEST_MAJOR, VERSION_MAJOR, VERSION_MINOR};
 pub use names::{write_names, EmbeddedNames, NamesEnd, NamesState};
 pub use reader::{Damage, Reader, Tables};
 pub use summary::Summary;

@@ -6,9 +6,9 @@
 use std::fmt;
 use std::io::{self, Read};
 
-use crate::codec::{Cursor, DecodeFail};
+use crate::codec::{unzigzag, Cursor, DecodeFail};
 use crate::error::FormatError;
-use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR};
+use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, OLDEST_MAJOR, VERSION_MAJOR};
 use crate::names::{self, EmbeddedNames, NamesEnd};
 use crate::types::{
     Event, Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleKind, Sample, StackId,
@@ -61,6 +61,8 @@ pub struct Tables {
     pub kernel_symbols: Vec<KernelSymbol>,
     /// Stack nodes: (parent, frame); index 0 is the empty root.
     nodes: Vec<(StackId, FrameId)>,
+    /// Frames some node references: ids below this (format 2 nodes).
+    referenced_frames: FrameId,
 }
 
 impl Tables {
@@ -107,6 +109,7 @@ enum Item {
     Meta(Box<Metadata>),
     Comm(u64, u32, u32, u32, bool),
     Event(Box<Event>),
+    ReferencedFrames(FrameId),
     Names(std::collections::HashMap<FrameId, Vec<std::sync::Arc<str>>>),
     NamesEnd(NamesEnd),
 }
@@ -142,7 +145,7 @@ impl<R: Read> Reader<R> {
         }
         let major = u16::from_le_bytes([header[8], header[9]]);
         let minor = u16::from_le_bytes([header[10], header[11]]);
-        if major != VERSION_MAJOR {
+        if !(OLDEST_MAJOR..=VERSION_MAJOR).contains(&major) {
             return Err(FormatError::UnsupportedVersion {
                 major,
                 minor,
@@ -310,6 +313,7 @@ impl<R: Read> Reader<R> {
         let mut modules = self.tables.modules.len() as u64;
         let mut frames = self.tables.frames.len() as u64;
         let mut nodes = self.tables.nodes.len() as u64;
+        let mut referenced = self.tables.referenced_frames;
         let check = |v: u64, limit: u64, what: &'static str| {
             if v < limit {
                 u32::try_from(v).map_err(|_| DecodeFail(what))
@@ -388,6 +392,43 @@ impl<R: Read> Reader<R> {
                         items.push(Item::Frame(Frame { module, address }));
                     }
                     frames += n as u64;
+                    continue;
+                }
+                tag::NODES_V2 => {
+                    let n = c.count(2, "stack nodes")?;
+                    let mut backs = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        backs.push(c.u64("stack node parent")?);
+                    }
+                    let mut prev_frame = 0i64;
+                    for back in backs {
+                        if back == 0 || back > nodes {
+                            return Err(DecodeFail("stack node parent"));
+                        }
+                        let parent = (nodes - back) as StackId;
+                        let code = c.u64("stack node frame")?;
+                        let frame = if code == 0 {
+                            let f = referenced;
+                            referenced = referenced
+                                .checked_add(1)
+                                .ok_or(DecodeFail("stack node frame"))?;
+                            i64::from(f)
+                        } else {
+                            prev_frame
+                                .checked_add(unzigzag(code - 1))
+                                .ok_or(DecodeFail("stack node frame"))?
+                        };
+                        prev_frame = frame;
+                        let frame =
+                            u64::try_from(frame).map_err(|_| DecodeFail("stack node frame"))?;
+                        let frame = check(frame, frames, "stack node frame")?;
+                        nodes += 1;
+                        if nodes > u64::from(u32::MAX) {
+                            return Err(DecodeFail("stack node count"));
+                        }
+                        items.push(Item::Node(parent, frame));
+                    }
+                    items.push(Item::ReferencedFrames(referenced));
                     continue;
                 }
                 tag::NODES => {
@@ -475,6 +516,9 @@ impl<R: Read> Reader<R> {
                 tag::SAMPLES => {
                     Item::Event(Box::new(Event::Samples(decode_samples(&mut c, nodes)?)))
                 }
+                tag::SAMPLES_V2 => {
+                    Item::Event(Box::new(Event::Samples(decode_samples_v2(&mut c, nodes)?)))
+                }
                 tag::LOST => {
                     let time_ns = c.u64("lost")?;
                     Item::Event(Box::new(Event::Lost {
@@ -515,6 +559,7 @@ impl<R: Read> Reader<R> {
                 }
                 Item::Frame(f) => self.tables.frames.push(f),
                 Item::Node(p, f) => self.tables.nodes.push((p, f)),
+                Item::ReferencedFrames(n) => self.tables.referenced_frames = n,
                 Item::Ksym(start, size, name, module) => {
                     let k = KernelSymbol {
                         start,
@@ -579,6 +624,63 @@ fn decode_samples(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeF
     for s in out.iter_mut() {
         let d = c.i64("sample tid")?;
         s.tid = u32::try_from(i64::from(s.pid) + d).map_err(|_| DecodeFail("sample tid"))?;
+    }
+    let mut high = 0i64;
+    for s in out.iter_mut() {
+        let id = high
+            .checked_add(c.i64("sample stack")?)
+            .ok_or(DecodeFail("sample stack"))?;
+        if id < 0 || id as u64 >= nodes {
+            return Err(DecodeFail("sample stack"));
+        }
+        high = high.max(id);
+        s.stack = id as StackId;
+    }
+    for s in out.iter_mut() {
+        s.weight = c.u64("sample weight")?;
+    }
+    Ok(out)
+}
+
+/// Samples of format 2: threads first, then times per thread relative to the
+/// sampling period (see the writer), stacks, weights.
+fn decode_samples_v2(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeFail> {
+    // Five columns of at least one byte each.
+    let n = c.count(5, "sample count")?;
+    let mut time_us = c.u64("sample time")?;
+    let period = i64::try_from(c.u64("sample period")?).map_err(|_| DecodeFail("sample period"))?;
+    let mut out = vec![
+        Sample {
+            time_ns: 0,
+            pid: 0,
+            tid: 0,
+            stack: 0,
+            weight: 0,
+        };
+        n
+    ];
+    for s in out.iter_mut() {
+        s.pid = c.u32("sample pid")?;
+    }
+    for s in out.iter_mut() {
+        let d = c.i64("sample tid")?;
+        s.tid = u32::try_from(i64::from(s.pid) + d).map_err(|_| DecodeFail("sample tid"))?;
+    }
+    let mut last: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    for s in out.iter_mut() {
+        let v = c.u64("sample time")?;
+        let base = if v & 1 == 0 {
+            let t = *last.get(&s.tid).ok_or(DecodeFail("sample time"))?;
+            t.checked_add_signed(period)
+                .ok_or(DecodeFail("sample time"))?
+        } else {
+            time_us
+        };
+        time_us = base
+            .checked_add_signed(unzigzag(v >> 1))
+            .ok_or(DecodeFail("sample time"))?;
+        last.insert(s.tid, time_us);
+        s.time_ns = time_us.saturating_mul(1000);
     }
     let mut high = 0i64;
     for s in out.iter_mut() {

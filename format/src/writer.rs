@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use crate::codec::{put_bytes, put_i64, put_u64};
+use crate::codec::{put_bytes, put_i64, put_u64, zigzag};
 use crate::error::FormatError;
 use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR, VERSION_MINOR};
 use crate::types::{
@@ -37,6 +37,10 @@ pub struct Writer<W: Write> {
     frames: HashMap<Frame, FrameId>,
     nodes: HashMap<(StackId, FrameId), StackId>,
     next_node: StackId,
+    /// Frames some node references: ids below this.
+    referenced_frames: FrameId,
+    /// Sample period in µs (0: none, times are plain deltas).
+    period_us: u64,
     pending: Vec<Sample>,
     samples: u64,
     weight: u64,
@@ -75,6 +79,8 @@ impl<W: Write> Writer<W> {
             frames: HashMap::new(),
             nodes: HashMap::new(),
             next_node: 1,
+            referenced_frames: 0,
+            period_us: 1_000_000u64.checked_div(meta.frequency_hz).unwrap_or(0),
             pending: Vec::new(),
             samples: 0,
             weight: 0,
@@ -319,15 +325,24 @@ impl<W: Write> Writer<W> {
             self.new_ksyms.clear();
         }
         if !self.new_nodes.is_empty() {
-            b.push(tag::NODES);
+            b.push(tag::NODES_V2);
             put_u64(&mut b, self.new_nodes.len() as u64);
             for &(back, _) in &self.new_nodes {
                 put_u64(&mut b, u64::from(back));
             }
+            // A frame's first use is by a new node, in frame id order: say
+            // "the next new frame" as 0, anything else as a delta from the
+            // previous node's frame, plus one.
             let mut prev = 0i64;
             for &(_, frame) in &self.new_nodes {
-                put_i64(&mut b, i64::from(frame) - prev);
-                prev = i64::from(frame);
+                let f = i64::from(frame);
+                if self.referenced_frames == frame {
+                    put_u64(&mut b, 0);
+                    self.referenced_frames += 1;
+                } else {
+                    put_u64(&mut b, zigzag(f - prev) + 1);
+                }
+                prev = f;
             }
             self.new_nodes.clear();
         }
@@ -348,20 +363,32 @@ impl<W: Write> Writer<W> {
             return;
         }
         let b = &mut self.buf;
-        b.push(tag::SAMPLES);
+        b.push(tag::SAMPLES_V2);
         put_u64(b, self.pending.len() as u64);
         let mut prev_us = self.pending[0].time_ns / 1000;
         put_u64(b, prev_us);
-        for s in &self.pending {
-            let us = s.time_ns / 1000;
-            put_i64(b, us as i64 - prev_us as i64);
-            prev_us = us;
-        }
+        put_u64(b, self.period_us);
+        // Threads first: the times are per thread.
         for s in &self.pending {
             put_u64(b, u64::from(s.pid));
         }
         for s in &self.pending {
             put_i64(b, i64::from(s.tid) - i64::from(s.pid));
+        }
+        // A thread sampled again after one period: its time is the distance
+        // from its own last sample, less the period — jitter, mostly.
+        // Otherwise the distance from the previous sample of the block.
+        let mut last: HashMap<u32, u64> = HashMap::new();
+        for s in &self.pending {
+            let us = s.time_ns / 1000;
+            let v = match last.insert(s.tid, us) {
+                Some(t) if self.period_us > 0 => {
+                    zigzag(us as i64 - t as i64 - self.period_us as i64) << 1
+                }
+                _ => (zigzag(us as i64 - prev_us as i64) << 1) | 1,
+            };
+            put_u64(b, v);
+            prev_us = us;
         }
         // Stacks relative to the highest stack id so far in the block: a
         // sample that made new nodes names one just above it (small and
