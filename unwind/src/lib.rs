@@ -11,13 +11,14 @@
 
 pub mod callchain;
 mod elf;
+mod nobp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
 pub use elf::{read_unwind_sections, Bytes, Source, UnwindSections};
 
@@ -213,15 +214,7 @@ impl StackUnwinder {
         out: &mut Vec<u64>,
     ) -> Outcome {
         self.stats.stacks += 1;
-        let sp = regs.sp;
-        let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            let off = addr.checked_sub(sp).ok_or(())?;
-            let off = usize::try_from(off).map_err(|_| ())?;
-            let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
-            let mut word = [0u8; 8];
-            word.copy_from_slice(bytes);
-            Ok(u64::from_le_bytes(word))
-        };
+        let mut read_stack = stack_reader(regs.sp, stack);
         let empty;
         let unwinder = match self.processes.get(&pid) {
             Some(p) => &p.unwinder,
@@ -251,5 +244,61 @@ impl StackUnwinder {
             self.stats.truncated += 1;
         }
         outcome
+    }
+
+    /// Unwinds one user stack of `pid` of which only the instruction and
+    /// stack pointers are known (a thread blocked in the kernel, read from
+    /// /proc without stopping it). Appends as [`StackUnwinder::unwind`] does.
+    /// The first frame that needs the frame pointer gets it from a frame
+    /// record found on the stack (see `nobp`): a guess, checked by unwinding
+    /// on from it.
+    pub fn unwind_without_bp(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        sp: u64,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+    ) -> Outcome {
+        self.stats.stacks += 1;
+        out.push(ip);
+        let outcome = match self.processes.get(&pid) {
+            None => Outcome::Truncated,
+            Some(p) => {
+                let mut read_stack = stack_reader(sp, stack);
+                let mut walk = nobp::Walk {
+                    unwinder: &p.unwinder,
+                    code: &p.ranges,
+                    cache: &mut self.cache,
+                    read_stack: &mut read_stack,
+                    sp,
+                    len: stack.len() as u64,
+                    max_frames: self.max_frames,
+                };
+                let regs = UnwindRegsX86_64::new(ip, sp, nobp::UNKNOWN_BP);
+                // A vector of its own: the walk counts its length against max_frames.
+                let mut more = Vec::new();
+                let (outcome, _) =
+                    walk.run(FrameAddress::InstructionPointer(ip), regs, &mut more, true);
+                out.append(&mut more);
+                outcome
+            }
+        };
+        if outcome == Outcome::Truncated {
+            self.stats.truncated += 1;
+        }
+        outcome
+    }
+}
+
+/// Reads 8-byte words of a stack copy that starts at address `sp`.
+fn stack_reader(sp: u64, stack: &[u8]) -> impl FnMut(u64) -> Result<u64, ()> + '_ {
+    move |addr: u64| {
+        let off = addr.checked_sub(sp).ok_or(())?;
+        let off = usize::try_from(off).map_err(|_| ())?;
+        let bytes = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(bytes);
+        Ok(u64::from_le_bytes(word))
     }
 }
