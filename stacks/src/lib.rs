@@ -26,8 +26,9 @@
 //! Only ptrace stops anything, and only that thread, only for the copy.
 //! Why not stop every thread and read them all with ptrace: stopping
 //! interrupts the system call a thread blocks in, and some calls
-//! (`epoll_wait`, `poll`, …) then return `EINTR` to the program; the
-//! non-stopping way changes nothing the program can see.
+//! (`epoll_wait`, `semop`, `sigtimedwait`; see signal(7)) then return
+//! `EINTR` to the program; the non-stopping way changes nothing the program
+//! can see.
 //!
 //! Naming happens after the capture (see [`capture`]).
 //!
@@ -197,9 +198,10 @@ pub fn stacks(ids: &[u32], opts: &Options) -> Report {
 /// One line per kind of missing access, with what would give it.
 fn notes(access: &capture::Access) -> Vec<String> {
     let paranoid = || read_trimmed("/proc/sys/kernel/perf_event_paranoid");
+    let root = flamerec_perf::sys::is_root();
     let mut notes = Vec::new();
     let mut kernel = Vec::new();
-    if access.kernel_stack_refused {
+    if access.kernel_stack_refused && !root {
         kernel.push(
             "off-CPU threads' kernel stacks (/proc/PID/task/TID/stack) need root".to_string(),
         );
@@ -215,15 +217,33 @@ fn notes(access: &capture::Access) -> Vec<String> {
     }
     if let Some(why) = &access.perf.refused {
         notes.push(format!(
-            "running threads were not sampled: perf_event_open was refused ({why}); \
-             kernel.perf_event_paranoid is {}: run as root, or `sudo sysctl kernel.perf_event_paranoid=1`",
+            "running threads could not be sampled with perf: perf_event_open was refused \
+             ({why}; kernel.perf_event_paranoid is {})",
             paranoid()
         ));
     }
+    let refused_to_root = "even to root: the process holds privileges flamerec lacks, \
+                           or a security module refuses";
+    if access.kernel_stack_refused && root {
+        notes.push(format!(
+            "some kernel stacks could not be read: refused {refused_to_root}"
+        ));
+    }
     if access.memory_refused {
-        notes.push(
-            "user stacks of other users' processes need root (or CAP_SYS_PTRACE)".to_string(),
-        );
+        let why = if root {
+            format!("refused {refused_to_root}")
+        } else {
+            // Yama (Ubuntu's default is 1) refuses even one's own processes
+            // that are not one's children.
+            match read_trimmed("/proc/sys/kernel/yama/ptrace_scope").as_str() {
+                "unknown" | "0" => "other users' processes need root".to_string(),
+                scope => format!(
+                    "kernel.yama.ptrace_scope is {scope}: run as root, or allow your own \
+                     processes with `sudo sysctl kernel.yama.ptrace_scope=0`"
+                ),
+            }
+        };
+        notes.push(format!("some user stacks could not be read: {why}"));
     }
     notes
 }

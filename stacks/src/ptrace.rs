@@ -3,7 +3,8 @@
 //!
 //! `PTRACE_SEIZE` attaches without a signal and `PTRACE_INTERRUPT` stops the
 //! thread at its next return to user space; nothing else of the process
-//! stops. The hold lasts from the interrupt to the detach and is measured.
+//! stops. The hold is measured from the last moment the thread was seen
+//! still running to the end of the detach: an upper bound of the stop.
 //!
 //! Letting go happens on every path: a [`Tracee`] guard detaches when it is
 //! dropped (errors and panics included), passing on any signal the thread
@@ -27,7 +28,7 @@ use crate::sys::{self, Wait};
 pub(crate) struct Held {
     /// Its user registers and stack.
     pub user: UserStack,
-    /// Nanoseconds from the interrupt to the detach.
+    /// Nanoseconds it was stopped, at most.
     pub held_ns: u64,
 }
 
@@ -47,25 +48,40 @@ struct Tracee {
     tid: u32,
     /// Set once it stopped: the signal to pass on when detaching.
     stopped: Option<i32>,
+    /// The last moment it was seen not stopped yet: the hold began after.
+    running_at: Instant,
 }
 
 impl Tracee {
     /// Waits until the thread stops or exits, or `deadline` passes.
     fn wait_stop(&mut self, deadline: Instant) -> Result<(), HoldError> {
+        let started = Instant::now();
         loop {
+            let now = Instant::now();
             match sys::wait_nohang(self.tid).map_err(HoldError::Failed)? {
                 Wait::Stopped { signal } => {
                     self.stopped = Some(signal);
                     return Ok(());
                 }
                 Wait::Gone => return Err(HoldError::Gone),
-                Wait::Pending if Instant::now() >= deadline => return Err(HoldError::NoStop),
-                // A running thread stops within microseconds: poll finely.
-                Wait::Pending => std::thread::sleep(Duration::from_micros(50)),
+                Wait::Pending if now >= deadline => return Err(HoldError::NoStop),
+                Wait::Pending => {
+                    self.running_at = now;
+                    // A running thread stops within microseconds: look again
+                    // at once, then, if it is slow (busy in the kernel), less often.
+                    if now - started < BUSY_POLL {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                }
             }
         }
     }
 }
+
+/// How long the wait for a stop polls without sleeping.
+const BUSY_POLL: Duration = Duration::from_millis(20);
 
 impl Drop for Tracee {
     fn drop(&mut self) {
@@ -95,15 +111,20 @@ pub(crate) fn hold(
         Some(libc::ESRCH) => HoldError::Gone,
         _ => HoldError::Failed(e),
     })?;
-    let mut tracee = Tracee { tid, stopped: None };
-    let started = Instant::now();
+    let mut tracee = Tracee {
+        tid,
+        stopped: None,
+        running_at: Instant::now(),
+    };
     sys::interrupt(tid).map_err(HoldError::Failed)?;
-    tracee.wait_stop(started + wait)?;
+    tracee.wait_stop(Instant::now() + wait)?;
     let regs = sys::regs(tid).map_err(HoldError::Failed)?;
     let mut bytes = Vec::new();
     let copied = stackmem::copy(pid, regs.sp, maps, &mut bytes);
+    let running_at = tracee.running_at;
     drop(tracee);
-    let held_ns = started.elapsed().as_nanos() as u64;
+    // At most this long: it stopped after it was last seen running.
+    let held_ns = running_at.elapsed().as_nanos() as u64;
     copied.map_err(HoldError::Failed)?;
     Ok(Held {
         user: UserStack::with_regs(regs, bytes),
