@@ -28,7 +28,8 @@ pub struct Args {
     /// shown without a stack instead of being held with ptrace.
     #[arg(long)]
     no_ptrace: bool,
-    /// How long to wait for a running thread's sample, in milliseconds.
+    /// How long to wait for a running thread's perf sample (and, failing
+    /// that, for it to stop under ptrace), in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 500,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     wait: u64,

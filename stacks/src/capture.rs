@@ -252,16 +252,7 @@ fn take_running(
                 t.how = Method::PerfSample;
                 t.capture_ns = s.after_ns;
                 t.kernel = Kernel::Addrs(s.kernel);
-                match s.user {
-                    Some(Ok(user)) => t.user = Some(user),
-                    Some(Err(e)) => {
-                        t.error = Some(ThreadError::NoUserStack {
-                            tid: t.tid,
-                            reason: e.to_string(),
-                        })
-                    }
-                    None => {}
-                }
+                t.user = s.user;
                 continue;
             }
             Outcome::Gone => {

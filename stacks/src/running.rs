@@ -41,7 +41,7 @@ pub(crate) struct Sampled {
     pub kernel: Vec<u64>,
     /// The user stack (`None` for a kernel thread, or a sample of a thread
     /// with no user context).
-    pub user: Option<io::Result<UserStack>>,
+    pub user: Option<UserStack>,
     /// Nanoseconds from enabling the event to the sample.
     pub after_ns: u64,
 }
@@ -190,13 +190,11 @@ fn sample_batch(
             if let Some(s) = first_sample(&layout, &buf, tids[i]) {
                 let _ = disable(&a.fd);
                 let user = s.user.map(|(regs, mut bytes)| {
-                    // A full copy may have cut the stack: read the rest now.
-                    if bytes.len() >= STACK_COPY as usize {
-                        stackmem::copy(pid, regs.sp, maps, &mut bytes)
-                            .map(|()| UserStack::with_regs(regs, bytes))
-                    } else {
-                        Ok(UserStack::with_regs(regs, bytes))
-                    }
+                    // The copy may have cut the stack (the kernel also
+                    // shortens it to fit the record): read the rest now.
+                    // Where that is refused, the sample's copy stands alone.
+                    let _ = stackmem::copy(pid, regs.sp, maps, &mut bytes);
+                    UserStack::with_regs(regs, bytes)
                 });
                 outcomes[i] = Some(Outcome::Sampled(Sampled {
                     kernel: s.kernel,

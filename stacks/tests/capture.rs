@@ -33,14 +33,7 @@ fn skip_perf() -> bool {
 }
 
 fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|v| v.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
+    flamerec_perf::sys::is_root()
 }
 
 /// The state letter of thread `tid` of `pid`.
