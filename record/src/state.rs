@@ -3,7 +3,6 @@
 //! user stacks unwound in dwarf mode, off-CPU intervals measured.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io;
 
 use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, Writer};
@@ -16,7 +15,7 @@ use crate::sys;
 use crate::{CallGraph, EventKind, RecordOptions};
 use flamerec_perf::parse::{split, Layout, PerfRecord};
 use flamerec_symbolize::kallsyms::{AddressRanges, Kallsyms};
-use flamerec_symbolize::live::module_for;
+use flamerec_symbolize::live::{module_for, vdso_image};
 
 /// One perf event of one CPU (or its ring owner).
 pub(crate) struct Event {
@@ -344,28 +343,8 @@ fn record_time(r: &PerfRecord<'_>) -> u64 {
 /// address space (every process maps the same image).
 pub(crate) fn new_unwinder() -> StackUnwinder {
     let mut u = StackUnwinder::new();
-    if let Some(image) = own_vdso() {
+    if let Some(image) = vdso_image() {
         u.add_image("[vdso]", &image);
     }
     u
-}
-
-fn own_vdso() -> Option<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let range = line.split_whitespace().next()?;
-    let (a, b) = range.split_once('-')?;
-    let (start, end) = (
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    );
-    let len = usize::try_from(end.checked_sub(start)?).ok()?;
-    if len > 1 << 20 {
-        return None;
-    }
-    let mem = File::open("/proc/self/mem").ok()?;
-    let mut buf = vec![0u8; len];
-    mem.read_exact_at(&mut buf, start).ok()?;
-    Some(buf)
 }

@@ -5,6 +5,7 @@ mod diff;
 mod fold;
 mod info;
 mod record;
+mod stacks;
 mod view;
 
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ enum Command {
     Diff(diff::Args),
     /// Explore a profile (or the diff of two) in the browser: served on 127.0.0.1, or one HTML file.
     View(view::Args),
+    /// Every thread's kernel and user stack now, running threads included.
+    Stacks(stacks::Args),
 }
 
 /// An error with its own exit status (127 and 126 for launch failures, as a shell).
@@ -58,6 +61,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Info(a) => info::run(a),
         Command::Diff(a) => diff::run(a),
         Command::View(a) => view::run(a),
+        Command::Stacks(a) => stacks::run(a),
     }
 }
 

@@ -77,6 +77,23 @@ pub fn parse_maps(text: &str) -> Vec<ExecMap> {
     out
 }
 
+/// This process's vDSO image, from /proc/self/mem. Every process maps the
+/// same one, so it stands in for theirs when unwinding through it (the
+/// vDSO has no file). `None` when it cannot be found or read.
+pub fn vdso_image() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let maps = exec_maps(std::process::id());
+    let vdso = maps.iter().find(|m| m.path == "[vdso]")?;
+    let len = usize::try_from(vdso.end - vdso.start).ok()?;
+    if len > 1 << 20 {
+        return None;
+    }
+    let mem = fs::File::open("/proc/self/mem").ok()?;
+    let mut buf = vec![0u8; len];
+    mem.read_exact_at(&mut buf, vdso.start).ok()?;
+    Some(buf)
+}
+
 /// Classifies a mapped path as perf reports it: a file, the vDSO, or
 /// anonymous memory (`[anon]`, JIT code).
 pub fn module_for(filename: &str, build_id: &[u8]) -> Module {
@@ -268,6 +285,12 @@ garbage line\n";
         assert_eq!(maps[0].pgoff, 0x1000);
         assert_eq!(maps[1].path, "[vdso]");
         assert_eq!(maps[2].path, "//anon");
+    }
+
+    #[test]
+    fn reads_the_vdso_image() {
+        let image = vdso_image().expect("every x86-64 process maps a vDSO");
+        assert_eq!(&image[..4], b"\x7fELF");
     }
 
     #[test]

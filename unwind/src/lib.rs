@@ -18,6 +18,7 @@
 mod beyond;
 pub mod callchain;
 mod elf;
+mod nobp;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -387,6 +388,54 @@ impl StackUnwinder {
                     self.stats.cut_copy_ended += 1;
                 }
             }
+        }
+        outcome
+    }
+
+    /// Unwinds one user stack of `pid` of which only the instruction and
+    /// stack pointers are known (a thread blocked in the kernel, read from
+    /// /proc without stopping it). Appends as [`StackUnwinder::unwind`] does.
+    /// The first frame that needs the frame pointer gets it from a frame
+    /// record found on the stack (see `nobp`): a guess, checked by unwinding
+    /// on from it.
+    pub fn unwind_without_bp(
+        &mut self,
+        pid: u32,
+        ip: u64,
+        sp: u64,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+    ) -> Outcome {
+        self.stats.stacks += 1;
+        out.push(ip);
+        let outcome = match self.processes.get(&pid) {
+            None => Outcome::Truncated(Cut::NoRule),
+            Some(p) => {
+                let copy = Copy {
+                    start: sp,
+                    bytes: stack,
+                };
+                let mut read_stack = |addr: u64| copy.word(addr).ok_or(());
+                let mut walk = nobp::Walk {
+                    unwinder: &p.unwinder,
+                    code: &p.ranges,
+                    cache: &mut self.cache,
+                    read_stack: &mut read_stack,
+                    sp,
+                    len: stack.len() as u64,
+                    max_frames: self.max_frames,
+                };
+                let regs = UnwindRegsX86_64::new(ip, sp, nobp::UNKNOWN_BP);
+                // A vector of its own: the walk counts its length against max_frames.
+                let mut more = Vec::new();
+                let (outcome, _) =
+                    walk.run(FrameAddress::InstructionPointer(ip), regs, &mut more, true);
+                out.append(&mut more);
+                outcome
+            }
+        };
+        if matches!(outcome, Outcome::Truncated(_)) {
+            self.stats.truncated += 1;
         }
         outcome
     }

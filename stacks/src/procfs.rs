@@ -1,0 +1,292 @@
+//! What /proc says about a thread without stopping it: its state and name
+//! (`stat`), whether and where it blocks (`syscall`: user stack pointer and
+//! program counter), its kernel stack (`stack`), whether it ran meanwhile
+//! (`schedstat`), and the mapping that holds its stack (`maps`).
+//!
+//! Parsing is separate from reading so that every format is tested on text.
+//! This module only reads files; it never touches a process's memory.
+
+use std::fs;
+use std::io;
+
+/// `PF_KTHREAD` in the flags of /proc/PID/stat: a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The fields of /proc/PID/task/TID/stat flamerec uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TaskStat {
+    /// Thread name (comm).
+    pub comm: String,
+    /// State letter: R, S, D, T, t, Z, X, I, P…
+    pub state: char,
+    /// Parent process id.
+    pub ppid: u32,
+    /// A kernel thread (no user space at all).
+    pub kernel_thread: bool,
+}
+
+/// Parses the text of a stat file. The name may hold spaces and `)`, so
+/// the fields after it are found from the last `)`.
+pub(crate) fn parse_stat(text: &str) -> Option<TaskStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let mut rest = text.get(close + 1..)?.split_ascii_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    // pgrp, session, tty_nr, tpgid, then flags.
+    let flags: u64 = rest.nth(4)?.parse().ok()?;
+    Some(TaskStat {
+        comm,
+        state,
+        ppid,
+        kernel_thread: flags & PF_KTHREAD != 0,
+    })
+}
+
+/// State and name of thread `tid` of `pid`.
+pub(crate) fn task_stat(pid: u32, tid: u32) -> io::Result<TaskStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))?;
+    parse_stat(&text).ok_or_else(|| malformed("stat", pid, tid))
+}
+
+/// The process that thread (or process) `id` belongs to, from the `Tgid:`
+/// line of its status file.
+pub(crate) fn tgid_of(id: u32) -> io::Result<u32> {
+    let text = fs::read_to_string(format!("/proc/{id}/status"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| malformed("status", id, id))
+}
+
+/// Thread ids of a process, ascending.
+pub(crate) fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
+    let mut tids: Vec<u32> = fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// What /proc/PID/task/TID/syscall says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SyscallFile {
+    /// The thread is on a CPU or waiting for one: no registers to be had.
+    Running,
+    /// The thread is off CPU; `nr` is the system call it blocks in (`None`
+    /// when it blocks outside one, e.g. stopped by a signal).
+    Blocked {
+        /// System call number.
+        nr: Option<u64>,
+        /// User stack pointer.
+        sp: u64,
+        /// User program counter (after the `syscall` instruction).
+        pc: u64,
+    },
+}
+
+/// Parses the text of a syscall file: `running`, `-1 SP PC`, or
+/// `NR ARG1 … ARG6 SP PC` (numbers after the first in hex).
+pub(crate) fn parse_syscall(text: &str) -> Option<SyscallFile> {
+    let text = text.trim();
+    if text == "running" {
+        return Some(SyscallFile::Running);
+    }
+    let fields: Vec<&str> = text.split_ascii_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s.strip_prefix("0x")?, 16).ok();
+    let (nr, sp, pc) = match fields.as_slice() {
+        ["-1", sp, pc] => (None, hex(sp)?, hex(pc)?),
+        [nr, _, _, _, _, _, _, sp, pc] => (Some(nr.parse().ok()?), hex(sp)?, hex(pc)?),
+        _ => return None,
+    };
+    Some(SyscallFile::Blocked { nr, sp, pc })
+}
+
+/// The syscall file of thread `tid` of `pid`.
+pub(crate) fn syscall_file(pid: u32, tid: u32) -> io::Result<SyscallFile> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))?;
+    parse_syscall(&text).ok_or_else(|| malformed("syscall", pid, tid))
+}
+
+/// One line of a kernel stack file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KernelLine {
+    /// Function name, without the offset.
+    pub name: String,
+    /// The kernel module it lies in, if not the kernel image.
+    pub module: Option<String>,
+}
+
+/// Parses the text of a stack file: `[<0>] do_nanosleep+0x43/0x130 [mod]`,
+/// leaf first.
+pub(crate) fn parse_kernel_stack(text: &str) -> Vec<KernelLine> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim().split_once("] ").map_or(line.trim(), |(_, r)| r);
+            let mut parts = rest.split_ascii_whitespace();
+            let symbol = parts.next()?;
+            let name = symbol.split_once('+').map_or(symbol, |(n, _)| n);
+            if name.is_empty() {
+                return None;
+            }
+            let module = parts
+                .next()
+                .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
+            Some(KernelLine {
+                name: name.to_string(),
+                module,
+            })
+        })
+        .collect()
+}
+
+/// The kernel stack of thread `tid` of `pid` (root only; empty while the
+/// thread runs).
+pub(crate) fn kernel_stack(pid: u32, tid: u32) -> io::Result<Vec<KernelLine>> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack"))?;
+    Ok(parse_kernel_stack(&text))
+}
+
+/// The scheduler's counts for a thread: time on CPU (ns), time waiting for
+/// one (ns), and times it was scheduled in. Unchanged between two reads
+/// means the thread did not run in between.
+pub(crate) fn schedstat(pid: u32, tid: u32) -> io::Result<[u64; 3]> {
+    let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))?;
+    let mut it = text.split_ascii_whitespace().map(|v| v.parse::<u64>().ok());
+    match (it.next(), it.next(), it.next()) {
+        (Some(Some(a)), Some(Some(b)), Some(Some(c))) => Ok([a, b, c]),
+        _ => Err(malformed("schedstat", pid, tid)),
+    }
+}
+
+/// Address ranges of every mapping of a process (not only executable ones:
+/// thread stacks are anonymous read-write memory).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Mappings(Vec<(u64, u64)>);
+
+impl Mappings {
+    /// The mappings of `pid` now.
+    pub(crate) fn of(pid: u32) -> io::Result<Self> {
+        Ok(Self::parse(&fs::read_to_string(format!(
+            "/proc/{pid}/maps"
+        ))?))
+    }
+
+    /// Parses the text of /proc/PID/maps.
+    pub(crate) fn parse(text: &str) -> Self {
+        let mut ranges: Vec<(u64, u64)> = text
+            .lines()
+            .filter_map(|l| {
+                let (a, b) = l.split_ascii_whitespace().next()?.split_once('-')?;
+                Some((
+                    u64::from_str_radix(a, 16).ok()?,
+                    u64::from_str_radix(b, 16).ok()?,
+                ))
+            })
+            .collect();
+        ranges.sort_unstable();
+        Mappings(ranges)
+    }
+
+    /// The end of the mapping that holds `addr`: a stack is read from its
+    /// pointer up to there at most.
+    pub(crate) fn end_of(&self, addr: u64) -> Option<u64> {
+        let i = self.0.partition_point(|r| r.0 <= addr).checked_sub(1)?;
+        let (_, end) = self.0[i];
+        (addr < end).then_some(end)
+    }
+}
+
+/// Whether an error means the thread or process no longer exists.
+pub(crate) fn is_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Whether an error is a refusal for lack of privileges.
+pub(crate) fn is_denied(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EPERM)
+}
+
+fn malformed(file: &str, pid: u32, tid: u32) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("unexpected contents of /proc/{pid}/task/{tid}/{file}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_a_name_holding_parens_and_spaces() {
+        let s = parse_stat("42 (a (b) c) S 7 42 42 0 -1 2129984 0 0").unwrap();
+        assert_eq!(s.comm, "a (b) c");
+        assert_eq!((s.state, s.ppid, s.kernel_thread), ('S', 7, true));
+        let s = parse_stat("4352 (thread-states) R 1 4348 32519 0 -1 4194304 129").unwrap();
+        assert!(!s.kernel_thread);
+        assert_eq!(parse_stat("4352 (x"), None);
+    }
+
+    #[test]
+    fn syscall_file_formats() {
+        assert_eq!(parse_syscall("running\n"), Some(SyscallFile::Running));
+        assert_eq!(
+            parse_syscall(
+                "230 0x1 0x0 0x7f0328698d68 0x7f0328698d68 0x0 0x0 0x7f0328698d30 0x7f032896d545\n"
+            ),
+            Some(SyscallFile::Blocked {
+                nr: Some(230),
+                sp: 0x7f03_2869_8d30,
+                pc: 0x7f03_2896_d545
+            })
+        );
+        assert_eq!(
+            parse_syscall("-1 0x7ffd0000 0x401000"),
+            Some(SyscallFile::Blocked {
+                nr: None,
+                sp: 0x7ffd_0000,
+                pc: 0x40_1000
+            })
+        );
+        assert_eq!(parse_syscall("230 0x1"), None);
+        assert_eq!(parse_syscall(""), None);
+    }
+
+    #[test]
+    fn kernel_stack_lines() {
+        let text = "[<0>] futex_do_wait+0x46/0x90\n[<0>] xfs_ilock+0x10/0x20 [xfs]\n\
+                    [<ffffffff81000130>] entry_SYSCALL_64_after_hwframe+0x76/0x7e\n";
+        let lines = parse_kernel_stack(text);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].name, "futex_do_wait");
+        assert_eq!(lines[0].module, None);
+        assert_eq!(lines[1].module.as_deref(), Some("xfs"));
+        assert_eq!(lines[2].name, "entry_SYSCALL_64_after_hwframe");
+    }
+
+    #[test]
+    fn the_mapping_holding_an_address() {
+        let m = Mappings::parse(
+            "7f0000000000-7f0000800000 rw-p 00000000 00:00 0 \n\
+             7fff51d3f000-7fff51d60000 rw-p 00000000 00:00 0     [stack]\n",
+        );
+        assert_eq!(m.end_of(0x7fff_51d5_0000), Some(0x7fff_51d6_0000));
+        assert_eq!(m.end_of(0x7f00_0000_0000), Some(0x7f00_0080_0000));
+        assert_eq!(m.end_of(0x7f00_0080_0000), None);
+        assert_eq!(m.end_of(0x10), None);
+    }
+
+    #[test]
+    fn this_thread_is_running_and_others_are_listed() {
+        let me = std::process::id();
+        let stat = task_stat(me, me).unwrap();
+        assert!(!stat.kernel_thread);
+        assert_eq!(tgid_of(me).unwrap(), me);
+        assert!(threads_of(me).unwrap().contains(&me));
+        assert!(schedstat(me, me).is_ok());
+        let gone = threads_of(u32::MAX).unwrap_err();
+        assert!(is_gone(&gone), "{gone}");
+    }
+}
