@@ -4,7 +4,7 @@
 //! record that does not fit is reported as malformed rather than trusted.
 
 use crate::sys::{
-    record_type as rt, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT,
+    record_type as rt, reg, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT,
     MISC_SWITCH_OUT_PREEMPT,
 };
 
@@ -103,6 +103,8 @@ pub struct SampleRecord<'a> {
     pub callchain: &'a [u8],
     /// User registers (bp, sp, ip) when the sample has them.
     pub user_regs: Option<[u64; 3]>,
+    /// User rbx, when sampled too.
+    pub user_bx: Option<u64>,
     /// The valid part of the user stack copy.
     pub user_stack: &'a [u8],
 }
@@ -162,6 +164,9 @@ pub fn split<'a>(buf: &'a [u8], malformed: &mut u64) -> Vec<(u32, u16, &'a [u8])
 pub struct Layout {
     /// The `PERF_SAMPLE_*` bits the events were opened with.
     pub sample_type: u64,
+    /// The `PERF_REG_X86_*` bits of the user registers sampled; bp, sp and
+    /// ip among them (bx optional).
+    pub regs_user: u64,
 }
 
 impl Layout {
@@ -295,6 +300,7 @@ impl Layout {
             period: 0,
             callchain: &[],
             user_regs: None,
+            user_bx: None,
             user_stack: &[],
         };
         if st & sample::IP != 0 {
@@ -325,9 +331,18 @@ impl Layout {
         if st & sample::REGS_USER != 0 {
             let abi = b.u64()?;
             if abi != 0 {
-                // Exactly the three registers flamerec asks for, in bit order.
-                let (bp, sp, ip) = (b.u64()?, b.u64()?, b.u64()?);
-                s.user_regs = Some([bp, sp, ip]);
+                // One value per bit of the mask, in bit order.
+                let mut at = [None; 64];
+                for bit in 0..64u32 {
+                    if self.regs_user & (1 << bit) != 0 {
+                        at[bit as usize] = Some(b.u64()?);
+                    }
+                }
+                let get = |r: u32| at[r as usize];
+                if let (Some(bp), Some(sp), Some(ip)) = (get(reg::BP), get(reg::SP), get(reg::IP)) {
+                    s.user_regs = Some([bp, sp, ip]);
+                    s.user_bx = get(reg::BX);
+                }
             }
         }
         if st & sample::STACK_USER != 0 {
@@ -363,6 +378,7 @@ mod tests {
                 | sample::TIME
                 | sample::PERIOD
                 | sample::CALLCHAIN,
+            regs_user: 0,
         };
         let mut body = Vec::new();
         body.extend_from_slice(&0x1234u64.to_ne_bytes());
@@ -391,6 +407,7 @@ mod tests {
     fn callchain_longer_than_the_record_is_refused() {
         let layout = Layout {
             sample_type: sample::CALLCHAIN,
+            regs_user: 0,
         };
         let body = 1000u64.to_ne_bytes();
         assert_eq!(layout.decode(rt::SAMPLE, 0, &body), None);

@@ -83,7 +83,12 @@ impl<W: io::Write> State<W> {
             pid: s.pid,
             tid: s.tid,
             time: s.time,
-            regs: UserRegs { ip, sp, bp },
+            regs: UserRegs {
+                ip,
+                sp,
+                bp,
+                bx: s.user_bx,
+            },
             copy: s.user_stack,
         };
         let mut addrs = std::mem::take(&mut self.user_addrs);

@@ -147,7 +147,7 @@ pub fn record(
         wakeup_bytes: wakeup_bytes(pages, dwarf.then_some(opts.stack_size)),
         wakeup_events: 0,
         exclude_callchain_user: dwarf,
-        sample_regs_user: if dwarf { sys::REGS_BP_SP_IP } else { 0 },
+        sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
         sample_stack_user: if dwarf { opts.stack_size & !7 } else { 0 },
     };
     let mut warnings = Vec::new();
@@ -227,7 +227,8 @@ pub fn record(
         },
         _ => None,
     };
-    let mut st = State::new(writer, opts, start_mono, sample_type, !cfg.exclude_kernel);
+    let layout = (sample_type, cfg.sample_regs_user);
+    let mut st = State::new(writer, opts, start_mono, layout, !cfg.exclude_kernel);
     st.warnings.append(&mut warnings);
     // Samples wait for the kernel symbol table, so the loop can drain the
     // rings from the start. Off-CPU samples are weighed when their thread

@@ -73,7 +73,7 @@ impl<W: io::Write> State<W> {
         mut writer: Writer<W>,
         opts: &RecordOptions,
         start_mono: u64,
-        sample_type: u64,
+        (sample_type, regs_user): (u64, u64),
         kernel: bool,
     ) -> Self {
         let kernel_module = writer.module(&Module {
@@ -101,7 +101,10 @@ impl<W: io::Write> State<W> {
             trim_sched: AddressRanges::default(),
             off_cpu: opts.event == EventKind::OffCpu,
             procs: Processes::default(),
-            layout: Layout { sample_type },
+            layout: Layout {
+                sample_type,
+                regs_user,
+            },
             start_mono,
             lost: 0,
             malformed: 0,

@@ -153,6 +153,7 @@ fn unwind(unwinder: &mut StackUnwinder, pid: u32, u: &UserStack, out: &mut Vec<u
                 ip: u.ip,
                 sp: u.sp,
                 bp,
+                bx: None,
             };
             unwinder.unwind(pid, regs, &u.bytes, out)
         }

@@ -179,6 +179,7 @@ fn sample_batch(
     }
     let layout = Layout {
         sample_type: config(true).sample_type,
+        regs_user: config(true).sample_regs_user,
     };
     let deadline = Instant::now() + wait;
     let mut buf = Vec::new();
@@ -249,7 +250,17 @@ fn first_sample(layout: &Layout, buf: &[u8], tid: u32) -> Option<FirstSample> {
                 .collect();
             let user = s.user_regs.and_then(|[bp, sp, ip]| {
                 // A kernel thread's sample has no user context.
-                (sp != 0 && ip != 0).then(|| (UserRegs { ip, sp, bp }, s.user_stack.to_vec()))
+                (sp != 0 && ip != 0).then(|| {
+                    (
+                        UserRegs {
+                            ip,
+                            sp,
+                            bp,
+                            bx: None,
+                        },
+                        s.user_stack.to_vec(),
+                    )
+                })
             });
             Some(FirstSample { kernel, user })
         })

@@ -113,6 +113,7 @@ pub(crate) fn regs(tid: u32) -> io::Result<UserRegs> {
         ip: r.rip,
         sp: r.rsp,
         bp: r.rbp,
+        bx: Some(r.rbx),
     })
 }
 

@@ -69,6 +69,7 @@ pub(crate) fn run(shared: Arc<Shared>, tx: Sender<RawReport>) {
         limit: RateLimit::new(shared.config.per_minute, sys::monotonic_ns()),
         layout: Layout {
             sample_type: crate::guard::event_config(1, 8, false).sample_type,
+            regs_user: crate::guard::event_config(1, 8, false).sample_regs_user,
         },
         shared,
         tx,
@@ -298,7 +299,12 @@ impl Watcher {
         };
         if let Some(([bp, sp, ip], stack)) = slot.capture().take() {
             let mut raw = RawStack {
-                regs: Some(UserRegs { ip, sp, bp }),
+                regs: Some(UserRegs {
+                    ip,
+                    sp,
+                    bp,
+                    bx: None,
+                }),
                 stack,
                 kernel: p.report.stack.kernel.clone(),
             };
@@ -405,7 +411,12 @@ fn raw_stack(s: &SampleRecord<'_>) -> RawStack {
         .map(|(_, a)| a)
         .collect();
     RawStack {
-        regs: s.user_regs.map(|[bp, sp, ip]| UserRegs { ip, sp, bp }),
+        regs: s.user_regs.map(|[bp, sp, ip]| UserRegs {
+            ip,
+            sp,
+            bp,
+            bx: None,
+        }),
         stack: s.user_stack.to_vec(),
         kernel: if kernel.is_empty() {
             KernelStack::None

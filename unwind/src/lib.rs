@@ -18,7 +18,9 @@
 mod beyond;
 pub mod callchain;
 mod elf;
+mod fallback;
 mod nobp;
+mod walk;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -39,6 +41,9 @@ pub struct UserRegs {
     pub sp: u64,
     /// Frame pointer.
     pub bp: u64,
+    /// rbx, when sampled: it lets frames whose CFA is kept in rbx (glibc's
+    /// lazy-binding trampoline) be unwound too.
+    pub bx: Option<u64>,
 }
 
 /// How an unwind ended.
@@ -81,9 +86,19 @@ type Unwinder = UnwinderX86_64<Bytes>;
 #[derive(Clone)]
 struct Process {
     unwinder: Unwinder,
-    /// Module start → (end, entry point address if the file has one), to
-    /// remove what a new mapping covers and to know entry points.
-    ranges: BTreeMap<u64, (u64, Option<u64>)>,
+    /// Module start → what it covers, to remove what a new mapping covers,
+    /// to know entry points and for `fallback`.
+    ranges: BTreeMap<u64, ModuleRange>,
+}
+
+/// One mapped module of a process.
+#[derive(Clone)]
+struct ModuleRange {
+    end: u64,
+    /// Its ELF entry point's address, if it has one.
+    entry: Option<u64>,
+    /// Its DWARF rules, for the frames framehop cannot step.
+    cfi: Option<fallback::CfiModule>,
 }
 
 impl Process {
@@ -100,10 +115,12 @@ impl Process {
     /// loader's at +0x3).
     fn is_entry(&self, addr: u64) -> bool {
         const ENTRY_WINDOW: u64 = 64;
-        let Some((_, &(end, entry))) = self.ranges.range(..=addr).next_back() else {
+        let Some((_, m)) = self.ranges.range(..=addr).next_back() else {
             return false;
         };
-        addr < end && entry.is_some_and(|e| addr >= e && addr - e < ENTRY_WINDOW)
+        addr < m.end
+            && m.entry
+                .is_some_and(|e| addr >= e && addr - e < ENTRY_WINDOW)
     }
 }
 
@@ -187,7 +204,7 @@ impl StackUnwinder {
         let covered: Vec<u64> = proc
             .ranges
             .range(..end)
-            .filter(|(_, &(e, _))| e > start)
+            .filter(|(_, m)| m.end > start)
             .map(|(&s, _)| s)
             .collect();
         for s in covered {
@@ -214,7 +231,11 @@ impl StackUnwinder {
         proc.unwinder
             .add_module(Module::new(path.to_string(), start..end, base_avma, info));
         let entry = sections.entry.map(|e| base_avma.wrapping_add(e));
-        proc.ranges.insert(start, (end, entry));
+        let cfi = Some(fallback::CfiModule {
+            bias: base_avma,
+            sections: Arc::clone(&sections),
+        });
+        proc.ranges.insert(start, ModuleRange { end, entry, cfi });
     }
 
     /// `pid` called exec: its old mappings are gone.
@@ -258,7 +279,7 @@ impl StackUnwinder {
         pid: u32,
         regs: UserRegs,
         stack: &[u8],
-        mut beyond: Option<&mut dyn Beyond>,
+        beyond: Option<&mut dyn Beyond>,
         out: &mut Vec<u64>,
     ) -> Outcome {
         self.stats.stacks += 1;
@@ -270,117 +291,25 @@ impl StackUnwinder {
                 &empty
             }
         };
-        let copy = Copy {
-            start: regs.sp,
-            bytes: stack,
-        };
-        let start = out.len();
-        let mut used_beyond = false;
-        // Whether `beyond` accepted this sample (asked once, when first needed).
-        let mut entered: Option<bool> = None;
-        // A read past the copy failed (none given, or `beyond` had none).
-        let mut missed_past_copy = false;
-        // The first caller frame entirely past the copy, and where its frames start in `out`.
-        let mut memo: Option<(FrameState, usize)> = None;
-        let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-        let mut address = FrameAddress::from_instruction_pointer(regs.ip);
-        out.push(regs.ip);
-        let outcome = loop {
-            if out.len() - start >= self.max_frames {
-                break Outcome::Truncated(Cut::TooDeep);
-            }
-            let frame_sp = uregs.sp();
-            let mut read = |addr: u64| -> Result<u64, ()> {
-                if let Some(w) = copy.word(addr) {
-                    return Ok(w);
-                }
-                if addr < copy.end() {
-                    return Err(());
-                }
-                let w = beyond.as_deref_mut().and_then(|b| {
-                    used_beyond = true;
-                    if *entered.get_or_insert_with(|| b.enter(frame_sp)) {
-                        b.read(addr)
-                    } else {
-                        None
-                    }
-                });
-                missed_past_copy |= w.is_none();
-                w.ok_or(())
-            };
-            let step = proc
-                .unwinder
-                .unwind_frame(address, &mut uregs, &mut self.cache, &mut read);
-            let ra = match step {
-                Ok(Some(ra)) => ra,
-                Ok(None) => break Outcome::Complete,
-                Err(_) if missed_past_copy => break Outcome::Truncated(Cut::CopyEnded),
-                Err(_) => break Outcome::Truncated(Cut::NoRule),
-            };
-            let Some(next) = FrameAddress::from_return_address(ra) else {
-                break Outcome::Truncated(Cut::NoRule);
-            };
-            let state = FrameState {
-                ip: ra,
-                sp: uregs.sp(),
-                bp: uregs.bp(),
-            };
-            if memo.is_none() && state.sp >= copy.end() {
-                if let Some(b) = beyond.as_deref_mut() {
-                    let accepted = *entered.get_or_insert_with(|| b.enter(frame_sp));
-                    if let Some(known) = b.recall(state).filter(|_| accepted) {
-                        used_beyond = true;
-                        out.extend_from_slice(&known.frames);
-                        break if known.complete {
-                            Outcome::Complete
-                        } else {
-                            Outcome::Truncated(Cut::CopyEnded)
-                        };
-                    }
-                    memo = Some((state, out.len()));
-                }
-            }
-            out.push(ra);
-            address = next;
-        };
+        let walked = walk::walk(
+            proc,
+            &mut self.cache,
+            self.max_frames,
+            regs,
+            stack,
+            beyond,
+            out,
+        );
         // framehop caches the rule it falls back to (frame pointers) when a
         // frame's own rule could not be evaluated — also when that was only
         // for want of memory past the copy, which later samples may have.
         // Such a rule is wrong for frames that do not keep a frame pointer
         // (rustc's 540 KB compiler frame), so it must not outlive this stack.
-        if missed_past_copy {
+        if walked.missed_past_copy {
             self.cache = CacheX86_64::new();
         }
-        // A stack that stops in an entry point is whole; whatever a
-        // frame-pointer guess made of the bytes past it is not a caller.
-        let outcome = match outcome {
-            Outcome::Truncated(_) => {
-                match out[start + 1..].iter().position(|&a| proc.is_entry(a)) {
-                    Some(i) => {
-                        out.truncate(start + 2 + i);
-                        Outcome::Complete
-                    }
-                    None => outcome,
-                }
-            }
-            complete => complete,
-        };
-        if let (Some((state, at)), Some(b)) = (memo, beyond) {
-            if at < out.len()
-                && entered == Some(true)
-                && !matches!(outcome, Outcome::Truncated(Cut::TooDeep))
-            {
-                b.remember(
-                    state,
-                    OuterFrames {
-                        frames: out[at..].into(),
-                        complete: outcome == Outcome::Complete,
-                    },
-                );
-            }
-        }
-        match outcome {
-            Outcome::Complete if used_beyond => self.stats.completed_beyond += 1,
+        match walked.outcome {
+            Outcome::Complete if walked.used_beyond => self.stats.completed_beyond += 1,
             Outcome::Complete => {}
             Outcome::Truncated(cut) => {
                 self.stats.truncated += 1;
@@ -389,7 +318,7 @@ impl StackUnwinder {
                 }
             }
         }
-        outcome
+        walked.outcome
     }
 
     /// Unwinds one user stack of `pid` of which only the instruction and
@@ -411,7 +340,7 @@ impl StackUnwinder {
         let outcome = match self.processes.get(&pid) {
             None => Outcome::Truncated(Cut::NoRule),
             Some(p) => {
-                let copy = Copy {
+                let copy = walk::Copy {
                     start: sp,
                     bytes: stack,
                 };
@@ -438,26 +367,6 @@ impl StackUnwinder {
             self.stats.truncated += 1;
         }
         outcome
-    }
-}
-
-/// The copied slice of a stack: `bytes` from address `start` upwards.
-struct Copy<'a> {
-    start: u64,
-    bytes: &'a [u8],
-}
-
-impl Copy<'_> {
-    fn end(&self) -> u64 {
-        self.start.saturating_add(self.bytes.len() as u64)
-    }
-
-    fn word(&self, addr: u64) -> Option<u64> {
-        let off = usize::try_from(addr.checked_sub(self.start)?).ok()?;
-        let bytes = self.bytes.get(off..off.checked_add(8)?)?;
-        let mut word = [0u8; 8];
-        word.copy_from_slice(bytes);
-        Some(u64::from_le_bytes(word))
     }
 }
 
@@ -488,6 +397,7 @@ mod tests {
             ip: 0x4000,
             sp: LO,
             bp: LO + 0x40,
+            bx: None,
         }
     }
 

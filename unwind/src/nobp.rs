@@ -35,7 +35,7 @@ const MAX_CANDIDATES: usize = 32;
 pub(crate) struct Walk<'a, F> {
     pub unwinder: &'a Unwinder,
     /// Executable module ranges (start → end) of the process.
-    pub code: &'a BTreeMap<u64, (u64, Option<u64>)>,
+    pub code: &'a BTreeMap<u64, crate::ModuleRange>,
     pub cache: &'a mut CacheX86_64,
     pub read_stack: &'a mut F,
     /// The stack copy: its first address and its length.
@@ -167,10 +167,10 @@ impl Tried {
     }
 }
 
-fn is_code(code: &BTreeMap<u64, (u64, Option<u64>)>, addr: u64) -> bool {
+fn is_code(code: &BTreeMap<u64, crate::ModuleRange>, addr: u64) -> bool {
     code.range(..=addr)
         .next_back()
-        .is_some_and(|(_, &(end, _))| addr < end)
+        .is_some_and(|(_, m)| addr < m.end)
 }
 
 #[cfg(test)]

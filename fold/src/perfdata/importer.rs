@@ -249,8 +249,17 @@ impl Importer {
         let len = usize::try_from(*dyn_size).map_or(bytes.len(), |d| d.min(bytes.len()));
         let mut addrs = std::mem::take(&mut self.user_addrs);
         addrs.clear();
-        self.unwinder
-            .unwind(pid, UserRegs { ip, sp, bp }, &bytes[..len], &mut addrs);
+        self.unwinder.unwind(
+            pid,
+            UserRegs {
+                ip,
+                sp,
+                bp,
+                bx: None,
+            },
+            &bytes[..len],
+            &mut addrs,
+        );
         for (i, &a) in addrs.iter().enumerate() {
             // Return addresses step back into the call instruction.
             self.push_user(pid, if i == 0 { a } else { a.wrapping_sub(1) });

@@ -134,6 +134,21 @@ pub struct EventConfig {
 /// order in the sample, as their bit numbers ascend).
 pub const REGS_BP_SP_IP: u64 =
     (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
+/// [`REGS_BP_SP_IP`] and bx before them: the recorder's set, so frames that
+/// keep their CFA in rbx (glibc's lazy-binding trampoline) unwind too.
+pub const REGS_BX_BP_SP_IP: u64 = REGS_BP_SP_IP | (1 << b::PERF_REG_X86_BX);
+/// Bit numbers of the registers above, as sampled.
+pub mod reg {
+    use super::b;
+    /// rbx.
+    pub const BX: u32 = b::PERF_REG_X86_BX;
+    /// rbp.
+    pub const BP: u32 = b::PERF_REG_X86_BP;
+    /// rsp.
+    pub const SP: u32 = b::PERF_REG_X86_SP;
+    /// rip.
+    pub const IP: u32 = b::PERF_REG_X86_IP;
+}
 
 fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
     let mut a = b::perf_event_attr {

@@ -1,0 +1,169 @@
+//! The one kind of frame framehop cannot step: a frame whose canonical
+//! frame address is kept in `rbx`. framehop tracks only ip, sp and bp;
+//! glibc's lazy-binding trampoline (`_dl_runtime_resolve_xsave*`, on every
+//! first call of a library function in a program linked without `-z now`)
+//! saves `rsp` in `rbx` and realigns the stack, so every sample in symbol
+//! lookup at start-up would end there.
+//!
+//! With the sampled `rbx`, the frame's CFA is found by following `rbx`
+//! through the frames unwound so far: where a frame's DWARF rule says it
+//! saved the caller's `rbx`, the caller's value is read from there. This is
+//! read with gimli from the module's `.eh_frame`, only for these frames.
+
+use std::sync::Arc;
+
+use gimli::{
+    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection, X86_64,
+};
+
+use crate::elf::UnwindSections;
+
+/// A module of a process, for looking up its DWARF rules.
+#[derive(Clone)]
+pub(crate) struct CfiModule {
+    /// Where stated address 0 lands in the process.
+    pub bias: u64,
+    pub sections: Arc<UnwindSections>,
+}
+
+/// What one frame's rules say about the three registers unwinding follows.
+pub(crate) struct Rules {
+    /// The CFA: a register and an offset.
+    pub cfa: (Register, i64),
+    /// Where the return address, rbp and rbx are saved, as offsets from the CFA.
+    pub ra: Option<i64>,
+    pub bp: Option<i64>,
+    pub bx: Option<i64>,
+}
+
+/// The DWARF rules of `module` at `avma` (an address to look up: the ip, or
+/// a return address less one).
+pub(crate) fn rules(module: &CfiModule, avma: u64) -> Option<Rules> {
+    let s = &module.sections;
+    let (eh_range, eh_bytes) = s.eh_frame.as_ref()?;
+    let svma = avma.checked_sub(module.bias)?;
+    let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(eh_range.start);
+    if let Some(text) = &s.text {
+        bases = bases.set_text(text.start);
+    }
+    let fde = match &s.eh_frame_hdr {
+        Some((hdr_range, hdr_bytes)) => {
+            bases = bases.set_eh_frame_hdr(hdr_range.start);
+            let hdr = EhFrameHdr::new(hdr_bytes, LittleEndian)
+                .parse(&bases, 8)
+                .ok()?;
+            hdr.table()?
+                .fde_for_address(&eh_frame, &bases, svma, EhFrame::cie_from_offset)
+                .ok()?
+        }
+        None => eh_frame
+            .fde_for_address(&bases, svma, EhFrame::cie_from_offset)
+            .ok()?,
+    };
+    let mut ctx = UnwindContext::new();
+    let row = fde
+        .unwind_info_for_address(&eh_frame, &bases, &mut ctx, svma)
+        .ok()?;
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => (*register, *offset),
+        CfaRule::Expression(_) => return None,
+    };
+    let saved = |r: Register| match row.register(r) {
+        Some(RegisterRule::Offset(o)) => Some(o),
+        _ => None,
+    };
+    Some(Rules {
+        cfa,
+        ra: saved(X86_64::RA),
+        bp: saved(X86_64::RBP),
+        bx: saved(X86_64::RBX),
+    })
+}
+
+/// The caller's (ip, sp, bp) of a frame whose CFA is `rbx`-based, given
+/// the frames unwound before it (their lookup address and CFA, leaf
+/// first), the sampled `rbx`, the frame's own lookup address and bp, and a
+/// word reader. `module_of` finds the module of an address.
+pub(crate) fn step_by_rbx(
+    module_of: &dyn Fn(u64) -> Option<CfiModule>,
+    history: &[(u64, u64)],
+    sampled_bx: u64,
+    lookup: u64,
+    bp: u64,
+    read: &mut dyn FnMut(u64) -> Option<u64>,
+) -> Option<(u64, u64, u64)> {
+    let own = rules(&module_of(lookup)?, lookup)?;
+    let (register, offset) = own.cfa;
+    if register != X86_64::RBX {
+        return None;
+    }
+    // rbx as this frame sees it: each frame below that saved its caller's
+    // rbx says where.
+    let mut bx = sampled_bx;
+    for &(at, cfa) in history {
+        if let Some(saved) = module_of(at).and_then(|m| rules(&m, at)).and_then(|r| r.bx) {
+            bx = read(cfa.checked_add_signed(saved)?)?;
+        }
+    }
+    let cfa = bx.checked_add_signed(offset)?;
+    let ra = read(cfa.checked_add_signed(own.ra.unwrap_or(-8))?)?;
+    let bp = match own.bp {
+        Some(o) => read(cfa.checked_add_signed(o)?)?,
+        None => bp,
+    };
+    Some((ra, cfa, bp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn probe() -> u64 {
+        std::hint::black_box(3)
+    }
+
+    /// This test binary as a module: its unwind sections and where it is loaded.
+    fn this_binary() -> CfiModule {
+        let f = std::fs::File::open("/proc/self/exe").expect("own binary");
+        let sections = crate::read_unwind_sections(&f).expect("ELF");
+        let exe = std::fs::read_link("/proc/self/exe").expect("exe path");
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let line = maps
+            .lines()
+            .find(|l| l.ends_with(exe.to_str().unwrap_or("?")) && l.contains(" r-xp "))
+            .expect("the code mapping");
+        let mut it = line.split_whitespace();
+        let start = u64::from_str_radix(it.next().unwrap().split('-').next().unwrap(), 16).unwrap();
+        let pgoff = u64::from_str_radix(it.nth(1).unwrap(), 16).unwrap();
+        let svma = sections.svma_of_exec_mapping(pgoff).expect("segment");
+        CfiModule {
+            bias: start - svma,
+            sections: Arc::new(sections),
+        }
+    }
+
+    #[test]
+    fn a_functions_first_instruction_has_its_cfa_right_above_the_return_address() {
+        let m = this_binary();
+        let addr = probe as *const () as usize as u64;
+        let r = rules(&m, addr).expect("rules at the function's entry");
+        assert_eq!(r.cfa, (X86_64::RSP, 8));
+        assert_eq!(r.ra, Some(-8));
+        assert!(rules(&m, 16).is_none());
+    }
+
+    #[test]
+    fn without_rules_for_the_frame_nothing_is_guessed() {
+        let mut read = |_: u64| Some(0x4242);
+        let none = |_: u64| None;
+        assert!(step_by_rbx(&none, &[(0x10, 0x1000)], 7, 0x20, 0, &mut read).is_none());
+        // The test binary's own code keeps its CFA in rsp, not rbx.
+        let m = this_binary();
+        let module_of = |_: u64| Some(m.clone());
+        let addr = probe as *const () as usize as u64;
+        assert!(step_by_rbx(&module_of, &[], 7, addr, 0, &mut read).is_none());
+    }
+}
