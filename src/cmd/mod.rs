@@ -1,6 +1,7 @@
 //! One module per subcommand; each turns its clap arguments into the
 //! library's plain options and reports the result.
 
+mod completions;
 mod diff;
 mod fold;
 mod info;
@@ -31,6 +32,8 @@ enum Command {
     Diff(diff::Args),
     /// Explore a profile (or the diff of two) in the browser: served on 127.0.0.1, or one HTML file.
     View(view::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
 }
 
 /// An error with its own exit status (127 and 126 for launch failures, as a shell).
@@ -58,6 +61,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Info(a) => info::run(a),
         Command::Diff(a) => diff::run(a),
         Command::View(a) => view::run(a),
+        Command::Completions(a) => completions::run(a),
     }
 }
 
