@@ -156,8 +156,10 @@ impl Tracks {
                 n => format!("{}.{n}", th.tid),
             };
             *uses += 1;
-            threads[i] = Some(handle);
-            keys[i] = (th.pid.to_string(), tid);
+            if let (Some(slot), Some(key)) = (threads.get_mut(i), keys.get_mut(i)) {
+                *slot = Some(handle);
+                *key = (th.pid.to_string(), tid);
+            }
         }
         if let Some(heaviest) = heaviest_thread(t) {
             if let Some(Some(h)) = threads.get(heaviest) {

@@ -70,7 +70,9 @@ pub fn write_pprof<W: Write>(profile: &Profile, out: W) -> io::Result<()> {
                 has_inline_frames: t.inline,
                 ..Default::default()
             });
-            mapping_ids[m] = id;
+            if let Some(slot) = mapping_ids.get_mut(m) {
+                *slot = id;
+            }
         }
     }
 
