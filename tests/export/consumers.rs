@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The speedscope release whose importer loads our files.
 pub const SPEEDSCOPE_VERSION: &str = "1.25.0";
@@ -37,7 +37,13 @@ fn is_root() -> bool {
 }
 
 fn apt_get(args: &[&str]) -> Result<(), String> {
+    // Tests (and other test binaries, like the viewer's installing
+    // Chromium) may install at the same time: one apt-get at a time here,
+    // and each waits for dpkg's lock instead of failing on it.
+    static APT: Mutex<()> = Mutex::new(());
+    let _one = APT.lock().unwrap_or_else(|e| e.into_inner());
     let o = Command::new("apt-get")
+        .args(["-o", "DPkg::Lock::Timeout=600"])
         .args(args)
         .env("DEBIAN_FRONTEND", "noninteractive")
         .output()

@@ -34,7 +34,11 @@ fn recording(sample: Sample, extra: &'static [&'static str]) -> Option<&'static 
     type Made = Option<(tempfile::TempDir, PathBuf)>;
     static MADE: OnceLock<std::sync::Mutex<HashMap<String, &'static Made>>> = OnceLock::new();
     let key = format!("{sample} {extra:?}");
-    let mut made = MADE.get_or_init(Default::default).lock().expect("lock");
+    // A panic while recording must not hide behind a poisoned lock.
+    let mut made = MADE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let entry = made.entry(key).or_insert_with(|| {
         let dir = tmp();
         let out = dir.path().join(format!("{sample}.frec"));
