@@ -9,7 +9,7 @@
 //! flamegraph does (inlined frames expanded unless `--no-inline`).
 //!
 //! This module owns the [`Timeline`] and what a sample's weight means in
-//! each format ([`Measure`]); each format's module owns only its encoding.
+//! each format (`Measure`); each format's module owns only its encoding.
 //! Writers never panic on names: JSON goes through serde, protobuf strings
 //! are length-prefixed bytes.
 //!
