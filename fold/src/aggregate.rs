@@ -2,7 +2,8 @@
 //! applies the pid/tid/comm filters and sums sample weights per
 //! (root frame, stack node).
 //!
-//! It keeps one counter per distinct (root, stack) pair and never the samples
+//! It keeps one counter per distinct (root, stack) pair and, unless an
+//! export asks for them ([`FoldOptions::keep_samples`]), never the samples
 //! themselves, so memory follows the number of distinct stacks, not the
 //! length of the recording. It must not symbolize or format frames.
 
@@ -10,6 +11,7 @@ use flamerec_format::{Event, Sample, StackId};
 // Keys are small integers from our own file: a fast hash is safe here.
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::export::Kept;
 use crate::FoldOptions;
 use flamerec_symbolize::names::UNKNOWN;
 
@@ -55,10 +57,20 @@ pub(crate) struct Aggregate {
     pub lost: u64,
     /// Latest sample time, for truncated files without totals.
     pub last_time_ns: u64,
+    /// The samples themselves, for exports; `None` unless asked for.
+    pub kept: Option<Kept>,
 }
 
-/// Root and process name of a thread's samples; `None` when filtered out.
-type Slot = Option<(NameId, NameId)>;
+/// What a thread's samples count under; `None` when filtered out.
+type Slot = Option<Resolved>;
+
+#[derive(Debug, Clone, Copy)]
+struct Resolved {
+    root: NameId,
+    process: NameId,
+    /// The thread's index in [`Aggregate::kept`] (0 when not kept).
+    thread: u32,
+}
 
 /// Feeds events in stream order into an [`Aggregate`].
 pub(crate) struct Aggregator<'o> {
@@ -68,8 +80,8 @@ pub(crate) struct Aggregator<'o> {
     name_ids: HashMap<String, NameId>,
     /// Current name of each thread, by tid.
     comms: HashMap<u32, NameId>,
-    /// (root, process name) of a thread, `None` when filtered out. Cleared
-    /// whenever a name changes, so a sample costs one lookup.
+    /// What a thread's samples count under. Cleared whenever a name
+    /// changes, so a sample costs one lookup.
     cache: HashMap<(u32, u32), Slot>,
     /// The last sample's thread and its cache entry: samples come in runs.
     last: Option<((u32, u32), Slot)>,
@@ -87,7 +99,10 @@ impl<'o> Aggregator<'o> {
         Aggregator {
             opts,
             mode,
-            agg: Aggregate::default(),
+            agg: Aggregate {
+                kept: opts.keep_samples.then(Kept::default),
+                ..Aggregate::default()
+            },
             name_ids: HashMap::default(),
             comms: HashMap::default(),
             cache: HashMap::default(),
@@ -146,14 +161,17 @@ impl<'o> Aggregator<'o> {
                 slot
             }
         };
-        let Some((root, proc_comm)) = slot else {
+        let Some(r) = slot else {
             return;
         };
         let agg = &mut self.agg;
-        let c = agg.counts.entry((root, s.stack)).or_insert(0);
+        let c = agg.counts.entry((r.root, s.stack)).or_insert(0);
         *c = c.saturating_add(s.weight);
+        if let Some(kept) = &mut agg.kept {
+            kept.push(s, r.thread);
+        }
         let p = agg.processes.entry(s.pid).or_default();
-        p.comm = proc_comm;
+        p.comm = r.process;
         p.samples += 1;
         p.weight = p.weight.saturating_add(s.weight);
         agg.samples += 1;
@@ -194,7 +212,24 @@ impl<'o> Aggregator<'o> {
             RootMode::Thread => format!("{}-{pid}/{tid}", name(thread)),
         };
         let proc_name = name(process).to_string();
-        Some((self.intern(&root), self.intern(&proc_name)))
+        let thread_name = self.agg.kept.is_some().then(|| name(thread).to_string());
+        let root = self.intern(&root);
+        let process = self.intern(&proc_name);
+        // Names change only between resolutions, so a kept thread ends up
+        // with its names at its last sample.
+        let thread = match thread_name {
+            Some(n) => {
+                let n = self.intern(&n);
+                let kept = self.agg.kept.as_mut();
+                kept.map_or(0, |k| k.thread(pid, tid, n, process))
+            }
+            None => 0,
+        };
+        Some(Resolved {
+            root,
+            process,
+            thread,
+        })
     }
 
     fn intern(&mut self, s: &str) -> NameId {

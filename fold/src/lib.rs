@@ -13,7 +13,8 @@
 //!
 //! Modules: `aggregate` (event stream, thread names, filters), `perfdata`
 //! (perf.data import), `profile` (stacks and function totals), `output`
-//! (writers). Names come from the `flamerec-symbolize` crate (symbol tables,
+//! (writers), [`export`] (pprof, speedscope and Firefox Profiler files, from
+//! the samples [`FoldOptions::keep_samples`] keeps). Names come from the `flamerec-symbolize` crate (symbol tables,
 //! DWARF inlined frames, separate debug files, the on-disk symbol cache, JIT
 //! maps, kernel symbols, and the spelling rules of folded text). This crate never depends on the recorder and
 //! never calls into Linux beyond reading files (`/proc/kallsyms` for
@@ -23,6 +24,7 @@
 mod aggregate;
 pub mod diff;
 mod error;
+pub mod export;
 mod output;
 mod perfdata;
 mod profile;
@@ -73,6 +75,11 @@ pub struct FoldOptions {
     pub kallsyms: PathBuf,
     /// Ignore the names a recording embeds and read the binaries again.
     pub resymbolize: bool,
+    /// Also keep every sample that passes the filters (time, thread,
+    /// stack, weight: 24 bytes each) in [`Profile::timeline`], for the
+    /// [`export`] writers. Off by default: folding alone needs memory for
+    /// distinct stacks only.
+    pub keep_samples: bool,
 }
 
 impl Default for FoldOptions {
@@ -91,6 +98,7 @@ impl Default for FoldOptions {
             perf_map_dir: Some(PathBuf::from("/tmp")),
             kallsyms: PathBuf::from("/proc/kallsyms"),
             resymbolize: false,
+            keep_samples: false,
         }
     }
 }

@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap as HashMap;
 use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
 
 use crate::aggregate::{Aggregate, NameId};
+use crate::export::Timeline;
 use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
 use flamerec_symbolize::{self as symbolize, FuncId, NameOptions, Prefetch, Symbols};
 
@@ -42,6 +43,9 @@ pub struct Profile {
     pub processes: Vec<ProcessStats>,
     /// Per function, by total weight descending, then self weight, name, module.
     pub functions: Vec<FunctionStats>,
+    /// The samples themselves, for the exports; only with
+    /// [`FoldOptions::keep_samples`](crate::FoldOptions::keep_samples).
+    pub timeline: Option<Timeline>,
 }
 
 /// What one process contributed.
@@ -75,13 +79,17 @@ pub struct FunctionStats {
 /// recording-level fields, which the caller fills in).
 pub(crate) fn build(
     tables: &Tables,
-    agg: Aggregate,
+    mut agg: Aggregate,
     opts: &NameOptions,
     prefetch: &Prefetch,
     embedded: Option<&symbolize::Embedded>,
 ) -> Profile {
     let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
     let symbols = symbolize::symbolize(tables, &used, opts, prefetch, embedded);
+    let timeline = agg
+        .kept
+        .take()
+        .map(|kept| Timeline::new(kept, &agg.names, tables, &symbols, opts.inline));
 
     let mut entries: Vec<((NameId, StackId), u64)> = agg.counts.into_iter().collect();
     // Same stack next to each other, so its frames are expanded once.
@@ -151,6 +159,7 @@ pub(crate) fn build(
         duration_ns: agg.last_time_ns,
         processes,
         functions,
+        timeline,
         ..Default::default()
     }
 }

@@ -1,11 +1,13 @@
-//! `flamerec fold`: a recording → folded stacks, SVG, JSON summary.
+//! `flamerec fold`: a recording → folded stacks, SVG, JSON summary, and the
+//! exports (pprof, speedscope, Firefox Profiler); folded text → pprof.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
+use flamerec_fold::export;
 use flamerec_fold::{FoldOptions, Profile};
 
 /// Arguments of `flamerec fold`.
@@ -23,6 +25,15 @@ pub struct Args {
     /// Write the JSON summary (schema flamerec-summary/1).
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// Write a gzipped pprof profile (go tool pprof, Pyroscope, Parca, Grafana).
+    #[arg(long, value_name = "PATH")]
+    pprof: Option<PathBuf>,
+    /// Write a speedscope file (one time-ordered profile per thread).
+    #[arg(long, value_name = "PATH")]
+    speedscope: Option<PathBuf>,
+    /// Write a Firefox Profiler profile (gzipped JSON, one track per thread).
+    #[arg(long, value_name = "PATH")]
+    firefox: Option<PathBuf>,
     /// Root frame is `comm-PID`.
     #[arg(long)]
     per_process: bool,
@@ -57,13 +68,28 @@ pub struct Args {
     /// Ignore the names embedded in the recording and read the binaries again.
     #[arg(long)]
     resymbolize: bool,
-    /// The recording (.frec or perf.data).
+    /// The recording (.frec or perf.data), or folded text for --pprof.
     input: PathBuf,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let opts = options(&a);
+    if let Some(pprof) = &a.pprof {
+        // Unreadable input: folding below says why, naming the file.
+        if export::is_folded_text(&a.input).unwrap_or(false) {
+            return pprof_of_folded(&a, &opts, pprof);
+        }
+    }
     let profile = fold(&a.input, &opts)?;
+    if let Some(path) = &a.pprof {
+        write_to(path, |w| export::write_pprof(&profile, w))?;
+    }
+    if let Some(path) = &a.speedscope {
+        write_to(path, |w| export::write_speedscope(&profile, w))?;
+    }
+    if let Some(path) = &a.firefox {
+        write_to(path, |w| export::write_firefox(&profile, w))?;
+    }
     if let Some(svg) = &a.svg {
         write_to(svg, |w| {
             flamerec_fold::write_svg(&profile, a.title.as_deref(), w)
@@ -74,8 +100,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     match &a.output {
         Some(path) => write_to(path, |w| flamerec_fold::write_folded(&profile, w))?,
-        // With --svg or --json alone, stdout stays quiet.
-        None if a.svg.is_some() || a.json.is_some() => {}
+        // With only file outputs asked for, stdout stays quiet.
+        None if a.svg.is_some() || a.json.is_some() || a.exports() => {}
         None => {
             let stdout = io::stdout().lock();
             let mut w = BufWriter::new(stdout);
@@ -83,6 +109,33 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             w.flush()?;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Args {
+    /// Whether any export is asked for.
+    fn exports(&self) -> bool {
+        self.pprof.is_some() || self.speedscope.is_some() || self.firefox.is_some()
+    }
+}
+
+/// `fold --pprof` of folded text: stacks and counts only.
+fn pprof_of_folded(a: &Args, opts: &FoldOptions, pprof: &Path) -> anyhow::Result<ExitCode> {
+    let input = a.input.display();
+    if a.speedscope.is_some() || a.firefox.is_some() {
+        bail!(
+            "{input} is folded text, which has no time axis or threads: \
+             --speedscope and --firefox need a recording (.frec or perf.data)"
+        );
+    }
+    if a.svg.is_some() || a.json.is_some() || a.output.is_some() {
+        bail!(
+            "{input} is folded text, which fold converts to --pprof only; \
+             give it to inferno-flamegraph for an SVG"
+        );
+    }
+    let stacks = export::read_folded(&a.input, opts)?;
+    write_to(pprof, |w| export::write_pprof_folded(&stacks, w))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -104,6 +157,7 @@ fn options(a: &Args) -> FoldOptions {
             (None, false) => flamerec_fold::default_cache_dir(),
         },
         resymbolize: a.resymbolize,
+        keep_samples: a.exports(),
         ..FoldOptions::default()
     }
 }
@@ -174,5 +228,19 @@ mod tests {
         assert!(!o.inline);
         assert_eq!(o.jobs, Some(2));
         assert!(parse(&["-j", "0", "in.frec"]).is_err());
+    }
+
+    #[test]
+    fn exports_keep_samples_and_folding_alone_does_not() {
+        assert!(!parse(&["in.frec"]).expect("parse").keep_samples);
+        assert!(
+            !parse(&["--svg", "x.svg", "in.frec"])
+                .expect("parse")
+                .keep_samples
+        );
+        for flag in ["--pprof", "--speedscope", "--firefox"] {
+            let o = parse(&[flag, "out", "in.frec"]).expect("parse");
+            assert!(o.keep_samples, "{flag}");
+        }
     }
 }

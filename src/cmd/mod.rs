@@ -1,6 +1,7 @@
 //! One module per subcommand; each turns its clap arguments into the
 //! library's plain options and reports the result.
 
+mod completions;
 mod diff;
 mod fold;
 mod info;
@@ -34,6 +35,8 @@ enum Command {
     View(view::Args),
     /// Every thread's kernel and user stack now, running threads included.
     Stacks(stacks::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
 }
 
 /// An error with its own exit status (127 and 126 for launch failures, as a shell).
@@ -62,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(a) => diff::run(a),
         Command::View(a) => view::run(a),
         Command::Stacks(a) => stacks::run(a),
+        Command::Completions(a) => completions::run(a),
     }
 }
 

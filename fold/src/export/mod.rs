@@ -1,0 +1,317 @@
+//! Exports to the tools users already have: pprof (`go tool pprof`,
+//! Pyroscope, Parca, Grafana), speedscope and the Firefox Profiler.
+//!
+//! Unlike folded text, these formats want what aggregation drops: each
+//! sample's time, thread and weight. Folding with
+//! [`FoldOptions::keep_samples`](crate::FoldOptions::keep_samples) keeps
+//! them, after the same filters, in a [`Timeline`] that shares the folded
+//! profile's symbols, so every export names frames exactly as the
+//! flamegraph does (inlined frames expanded unless `--no-inline`).
+//!
+//! This module owns the [`Timeline`] and what a sample's weight means in
+//! each format (`Measure`); each format's module owns only its encoding.
+//! Writers never panic on names: JSON goes through serde, protobuf strings
+//! are length-prefixed bytes.
+//!
+//! Folded text can be exported to pprof only: it has no time axis and no
+//! threads, so speedscope's time order and the Firefox Profiler's tracks
+//! have nothing to show.
+
+mod firefox;
+mod pprof;
+mod proto;
+mod speedscope;
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use flamerec_format::{Frame, FrameId, Metadata, Module, Sample, StackId, Tables};
+use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
+use flamerec_symbolize::{FuncId, Function, Symbols};
+use rustc_hash::FxHashMap as HashMap;
+use thiserror::Error;
+
+use crate::diff::{DiffError, Side};
+use crate::FoldOptions;
+
+pub use firefox::write_firefox;
+pub use pprof::{write_pprof, write_pprof_folded};
+pub use speedscope::{write_speedscope, SPEEDSCOPE_SCHEMA};
+
+/// Why folded text cannot be exported as asked. Each renders as one line.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// The folded text could not be read or parsed.
+    #[error(transparent)]
+    Folded(#[from] DiffError),
+    /// A filter asks for something folded text does not carry.
+    #[error("{}: {what}: folded text carries no process ids, thread ids or inlining; export a recording instead", path.display())]
+    Unsupported {
+        /// The input path.
+        path: PathBuf,
+        /// The option that cannot apply.
+        what: &'static str,
+    },
+}
+
+/// Samples that passed the filters, in time order, with their threads and
+/// the names of the frames they use.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    samples: Vec<TimedSample>,
+    threads: Vec<ThreadInfo>,
+    /// The functions frames expand to, as in [`Symbols::functions`].
+    functions: Vec<Function>,
+    /// Per frame id, its functions outermost first (empty when unused).
+    frame_funcs: Vec<Vec<FuncId>>,
+    frames: Vec<Frame>,
+    modules: Vec<Module>,
+    /// The stack prefix tree, `(parent, frame)`; index 0 is the empty stack.
+    nodes: Vec<(StackId, FrameId)>,
+    /// Inlined frames were expanded.
+    inline: bool,
+}
+
+/// One kept sample. 24 bytes: millions fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TimedSample {
+    /// Nanoseconds since the recording started.
+    time_ns: u64,
+    /// In the recording's weight unit.
+    weight: u64,
+    stack: StackId,
+    /// Index into [`Timeline::threads`].
+    thread: u32,
+}
+
+/// A thread with its names at its last kept sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ThreadInfo {
+    pid: u32,
+    tid: u32,
+    /// Spelled as the root frames of folded text are.
+    name: String,
+    /// The process's name, spelled the same way.
+    process: String,
+}
+
+/// What the aggregation pass keeps for a [`Timeline`].
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    samples: Vec<TimedSample>,
+    /// pid, tid, thread name, process name.
+    threads: Vec<(u32, u32, u32, u32)>,
+    index: HashMap<(u32, u32), u32>,
+}
+
+impl Kept {
+    /// The index of thread `(pid, tid)`, whose names are now the given
+    /// interned ones.
+    pub(crate) fn thread(&mut self, pid: u32, tid: u32, name: u32, process: u32) -> u32 {
+        let next = self.threads.len() as u32;
+        let i = *self.index.entry((pid, tid)).or_insert(next);
+        match self.threads.get_mut(i as usize) {
+            Some(t) => *t = (pid, tid, name, process),
+            None => self.threads.push((pid, tid, name, process)),
+        }
+        i
+    }
+
+    pub(crate) fn push(&mut self, s: &Sample, thread: u32) {
+        self.samples.push(TimedSample {
+            time_ns: s.time_ns,
+            weight: s.weight,
+            stack: s.stack,
+            thread,
+        });
+    }
+}
+
+impl Timeline {
+    /// Assembles the kept samples with the symbols of the profile they
+    /// were folded into; `names` resolves the interned thread names.
+    pub(crate) fn new(
+        kept: Kept,
+        names: &[String],
+        tables: &Tables,
+        symbols: &Symbols,
+        inline: bool,
+    ) -> Timeline {
+        let name = |id: u32| sanitize_root(names.get(id as usize).map_or(UNKNOWN, String::as_str));
+        let threads = kept
+            .threads
+            .iter()
+            .map(|&(pid, tid, n, p)| ThreadInfo {
+                pid,
+                tid,
+                name: name(n),
+                process: name(p),
+            })
+            .collect();
+        let mut samples = kept.samples;
+        // Chunks from different CPUs may interleave slightly; exports want
+        // time order, and equal times keep stream order.
+        samples.sort_by_key(|s| s.time_ns);
+        let nodes = (0..tables.node_count() as StackId)
+            .map(|id| tables.node(id).unwrap_or((0, 0)))
+            .collect();
+        Timeline {
+            samples,
+            threads,
+            functions: symbols.functions.clone(),
+            frame_funcs: symbols.frames.clone(),
+            frames: tables.frames.clone(),
+            modules: tables.modules.clone(),
+            nodes,
+            inline,
+        }
+    }
+
+    /// Number of kept samples.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Whether no sample passed the filters.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// Number of threads with kept samples.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The frames of `stack`, root first, into `out`.
+    fn stack_frames(&self, stack: StackId, out: &mut Vec<FrameId>) {
+        out.clear();
+        let mut cur = stack;
+        // Each step goes to a smaller id (parents are interned first); the
+        // bound guards against a malformed tree all the same.
+        for _ in 0..self.nodes.len() {
+            if cur == 0 {
+                break;
+            }
+            let Some(&(parent, frame)) = self.nodes.get(cur as usize) else {
+                break;
+            };
+            out.push(frame);
+            cur = parent;
+        }
+        out.reverse();
+    }
+
+    /// The functions of `frame`, outermost first.
+    fn frame_functions(&self, frame: FrameId) -> &[FuncId] {
+        self.frame_funcs
+            .get(frame as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The functions of `stack`, root first, inlined frames expanded.
+    fn stack_functions(&self, stack: StackId, frames: &mut Vec<FrameId>, out: &mut Vec<FuncId>) {
+        self.stack_frames(stack, frames);
+        out.clear();
+        for &f in frames.iter() {
+            out.extend_from_slice(self.frame_functions(f));
+        }
+    }
+
+    fn function(&self, id: FuncId) -> Option<&Function> {
+        self.functions.get(id as usize)
+    }
+
+    /// Whether `frame` is kernel code.
+    fn is_kernel(&self, frame: FrameId) -> bool {
+        self.frames
+            .get(frame as usize)
+            .and_then(|f| self.modules.get(f.module as usize))
+            .is_some_and(|m| m.kind == flamerec_format::ModuleKind::Kernel)
+    }
+}
+
+/// What one unit of sample weight stands for, and so which quantities an
+/// export can show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    /// A clock event (`cpu-clock`, `task-clock`) sampled at a frequency:
+    /// each sample stands for `period_ns` of CPU time.
+    Clock {
+        /// 1e9 / frequency.
+        period_ns: u64,
+    },
+    /// Off-CPU time: weights are nanoseconds blocked.
+    OffCpu,
+    /// Anything else (hardware events, unknown perf.data events): counts.
+    Count,
+}
+
+impl Measure {
+    fn of(meta: &Metadata) -> Measure {
+        if meta.weight_unit == "ns" {
+            return Measure::OffCpu;
+        }
+        // perf.data names may carry modifiers (`cpu-clock:u`).
+        let event = meta.event.split(':').next().unwrap_or_default();
+        match event {
+            "cpu-clock" | "task-clock" if meta.frequency_hz > 0 => Measure::Clock {
+                period_ns: (1_000_000_000 / meta.frequency_hz).max(1),
+            },
+            _ => Measure::Count,
+        }
+    }
+}
+
+/// The error writers give for a profile folded without
+/// [`FoldOptions::keep_samples`].
+fn no_timeline() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "the profile kept no samples to export (fold with FoldOptions::keep_samples)",
+    )
+}
+
+/// Whether `path` holds folded text rather than a recording (`.frec` or
+/// perf.data), by its first bytes.
+pub fn is_folded_text(path: &Path) -> io::Result<bool> {
+    let mut magic = Vec::with_capacity(8);
+    File::open(path)?.take(8).read_to_end(&mut magic)?;
+    Ok(magic != flamerec_format::MAGIC && magic != b"PERFILE2")
+}
+
+/// Reads folded text for [`write_pprof_folded`]: distinct stacks with
+/// their counts, keeping only roots named in `opts.comms` when any. The
+/// options folded text cannot honour (`pids`, `tids`, `inline: false`) are
+/// errors rather than silently ignored.
+pub fn read_folded(path: &Path, opts: &FoldOptions) -> Result<Vec<(String, u64)>, ExportError> {
+    let unsupported = |what| ExportError::Unsupported {
+        path: path.to_path_buf(),
+        what,
+    };
+    if !opts.pids.is_empty() {
+        return Err(unsupported("--pid"));
+    }
+    if !opts.tids.is_empty() {
+        return Err(unsupported("--tid"));
+    }
+    if !opts.inline {
+        return Err(unsupported("--no-inline"));
+    }
+    let file = File::open(path).map_err(|source| DiffError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut stacks = Side::from_folded(BufReader::new(file), path)?.stacks;
+    if !opts.comms.is_empty() {
+        stacks.retain(|(line, _)| {
+            let root = line.split(';').next().unwrap_or_default();
+            opts.comms.iter().any(|c| c == root)
+        });
+    }
+    Ok(stacks)
+}
+
+#[cfg(test)]
+mod tests;
