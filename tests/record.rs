@@ -489,3 +489,70 @@ fn sigterm_is_forwarded_and_a_second_sigint_stops_at_once() {
     assert_eq!(rec.wait().unwrap().code(), Some(130));
     assert_eq!(info_json(&out)["complete"], true);
 }
+
+#[test]
+fn an_unprivileged_recording_at_the_default_rate_loses_nothing_and_keeps_whole_stacks() {
+    if !perf_usable() {
+        return;
+    }
+    // As root, drop to `nobody`: the ring buffers must then fit
+    // kernel.perf_event_mlock_kb, which is where samples used to be lost.
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let dir = tmp();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out = dir.path().join("user.frec");
+    let args = [
+        "record",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+    ];
+    let o = if sys_is_root() {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_flamerec"))
+            .args(args)
+            .env("HOME", dir.path())
+            .output()
+            .expect("setpriv (util-linux) runs")
+    } else {
+        flamerec().args(args).output().expect("run flamerec")
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("lost"), "{}", stderr(&o));
+    let info = info_json(&out);
+    assert_eq!(info["lost_samples"], 0, "{}", stderr(&o));
+    let samples = info["samples"].as_u64().unwrap_or(0);
+    assert!(samples >= 300, "{samples} samples");
+    let stacks = fold(&out, &["--no-inline"]);
+    let whole = share(&stacks, |s| s.get(1).is_some_and(|f| f == "_start"));
+    assert!(whole >= 98.0, "only {whole:.1}% of stacks reach _start");
+}
+
+#[test]
+fn dwarf_mode_at_4999_hz_on_every_core_loses_at_most_a_tenth_of_a_percent() {
+    // The threads sample keeps both cores busy from its first instruction.
+    let bin = sample_bin(Sample::Threads, FramePointers::No);
+    let dir = tmp();
+    let out = dir.path().join("threads.frec");
+    let Some(o) = record(&out, &["-F", "4999"], &[bin.to_str().unwrap()]) else {
+        return;
+    };
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info = info_json(&out);
+    let lost = info["lost_samples"].as_u64().unwrap_or(u64::MAX);
+    let samples = info["samples"].as_u64().unwrap_or(0);
+    assert!(samples >= 3000, "{samples} samples");
+    assert!(
+        lost * 1000 <= samples + lost,
+        "{lost} of {} samples lost: {}",
+        samples + lost,
+        stderr(&o)
+    );
+}

@@ -15,6 +15,7 @@ mod embed;
 mod launch;
 mod proc_fs;
 mod procs;
+mod rings;
 mod sample;
 mod session;
 mod state;

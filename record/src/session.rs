@@ -13,6 +13,7 @@ use flamerec_format::{Metadata, Totals, Writer};
 
 use crate::launch::{c_strings, find_program};
 use crate::proc_fs;
+use crate::rings::{self, read_trimmed};
 use crate::state::{Event, State};
 use crate::sys::{self, Counter, EventConfig, RingBuffer, SuspendedChild, WaitStatus};
 use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target};
@@ -119,20 +120,8 @@ pub fn record(
     if dwarf {
         sample_type |= sys::sample::REGS_USER | sys::sample::STACK_USER;
     }
-    // Dwarf samples carry a stack copy each: give the ring room for ~100 ms of them.
-    let default_pages = if dwarf { 1024 } else { 128 };
-    // Whatever is asked, the buffer must hold a few whole dwarf samples.
-    let min_pages = if dwarf {
-        (4 * (opts.stack_size as usize + 2048)).div_ceil(sys::page_size())
-    } else {
-        1
-    };
-    let pages = limit_pages(
-        opts.mmap_pages
-            .unwrap_or(default_pages)
-            .max(min_pages)
-            .next_power_of_two(),
-    );
+    let (wanted, default_pages) = rings::wanted_pages(dwarf, opts.stack_size, opts.mmap_pages);
+    let (pages, ring_warning) = rings::fit_pages(wanted, default_pages, crate::online_cpus().len());
     let mut cfg = EventConfig {
         counter,
         frequency: if off_cpu { 0 } else { opts.frequency },
@@ -144,13 +133,13 @@ pub fn record(
         enable_on_exec: child.is_some(),
         side_band: true,
         max_stack: 0,
-        wakeup_bytes: wakeup_bytes(pages, dwarf.then_some(opts.stack_size)),
+        wakeup_bytes: rings::wakeup_bytes(pages, dwarf.then_some(opts.stack_size)),
         wakeup_events: 0,
         exclude_callchain_user: dwarf,
         sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
         sample_stack_user: if dwarf { opts.stack_size & !7 } else { 0 },
     };
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = ring_warning.into_iter().collect();
     // Every (task, CPU) pair to open: the command, each thread of the
     // attached processes, or every task (-1) on each CPU.
     let tasks: Vec<i32> = match (&opts.target, &child) {
@@ -475,38 +464,6 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
     Ok(events)
 }
 
-/// When the loop wakes for a ring: a quarter full; in dwarf mode after a
-/// few samples already, so a sample deeper than its copy meets its thread's
-/// live stack within milliseconds (see `deep`), while its frames still are.
-fn wakeup_bytes(pages: usize, dwarf_stack: Option<u32>) -> u32 {
-    /// Dwarf samples per wake-up: ≈ 8 ms apart at 999 Hz.
-    const DWARF_SAMPLES: usize = 8;
-    let quarter = pages * sys::page_size() / 4;
-    let bytes = match dwarf_stack {
-        Some(stack) => quarter.min(DWARF_SAMPLES * (stack as usize + 2048)),
-        None => quarter,
-    };
-    bytes.try_into().unwrap_or(u32::MAX)
-}
-
-/// Without root, ring buffers count against kernel.perf_event_mlock_kb
-/// (per user, beyond the locked-memory rlimit): stay within it.
-fn limit_pages(pages: usize) -> usize {
-    if sys::is_root() {
-        return pages;
-    }
-    let kb: usize = read_trimmed("/proc/sys/kernel/perf_event_mlock_kb")
-        .parse()
-        .unwrap_or(516);
-    let cpus = crate::online_cpus().len().max(1);
-    let per_cpu = (kb * 1024 / sys::page_size() / cpus).saturating_sub(1);
-    let mut p = pages;
-    while p > 1 && p > per_cpu {
-        p /= 2;
-    }
-    p
-}
-
 /// The kernel symbol table from its loader thread (empty without one, or
 /// if it failed).
 fn join_kallsyms(loader: Option<std::thread::JoinHandle<Kallsyms>>) -> Kallsyms {
@@ -546,12 +503,6 @@ fn open_error(counter: Counter, system_wide: bool, e: io::Error) -> RecordError 
             source: e,
         },
     }
-}
-
-fn read_trimmed(path: &str) -> String {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 /// The kernel keeps 15 bytes of a task name.

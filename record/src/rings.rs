@@ -1,0 +1,111 @@
+//! How big the ring buffers are and when the loop wakes for them.
+//!
+//! Without root, mapped rings are locked memory the kernel charges to the
+//! user: up to `kernel.perf_event_mlock_kb` times the number of online CPUs,
+//! then to the process's locked-memory limit (`ulimit -l`) — unless the
+//! user may lock memory anyway. Rings are sized within that budget, and
+//! when it makes them smaller than a mode wants, the recorder says so.
+
+use crate::sys;
+
+/// Data pages per CPU ring for `dwarf` or fp mode, and the smallest that
+/// holds a few whole samples.
+pub(crate) fn wanted_pages(dwarf: bool, stack_size: u32, asked: Option<usize>) -> (usize, usize) {
+    // Dwarf samples carry a stack copy each: room for ~100 ms of them.
+    let default = if dwarf { 1024 } else { 128 };
+    let min = if dwarf {
+        (4 * (stack_size as usize + 2048)).div_ceil(sys::page_size())
+    } else {
+        1
+    };
+    (
+        asked.unwrap_or(default).max(min).next_power_of_two(),
+        default,
+    )
+}
+
+/// `pages` per CPU, halved until `cpus` rings fit the locked-memory budget
+/// of an unprivileged user; and a warning when that left fewer than
+/// `default` pages.
+pub(crate) fn fit_pages(pages: usize, default: usize, cpus: usize) -> (usize, Option<String>) {
+    if sys::is_root() {
+        return (pages, None);
+    }
+    let page = sys::page_size() as u64;
+    let mlock_kb: u64 = read_trimmed("/proc/sys/kernel/perf_event_mlock_kb")
+        .parse()
+        .unwrap_or(516);
+    let cpus = cpus.max(1) as u64;
+    let rlimit = memlock_limit().unwrap_or(0);
+    let budget = (mlock_kb * 1024 * cpus).saturating_add(rlimit) / page;
+    // Each ring also maps one metadata page.
+    let per_cpu = (budget / cpus).saturating_sub(1) as usize;
+    let mut p = pages;
+    while p > 1 && p > per_cpu {
+        p /= 2;
+    }
+    let warning = (p < pages && p < default).then(|| {
+        format!(
+            "ring buffers limited to {} KiB per CPU by the locked-memory budget of an unprivileged user (kernel.perf_event_mlock_kb {mlock_kb} KiB per CPU, ulimit -l {} KiB): at high rates samples may be lost; raise either, or record as root",
+            p as u64 * page / 1024,
+            rlimit / 1024
+        )
+    });
+    (p, warning)
+}
+
+/// When the loop wakes for a ring: a quarter full; in dwarf mode after a
+/// few samples already, so a sample deeper than its copy meets its thread's
+/// live stack within milliseconds (see `deep`), while its frames still are.
+pub(crate) fn wakeup_bytes(pages: usize, dwarf_stack: Option<u32>) -> u32 {
+    /// Dwarf samples per wake-up: ≈ 8 ms apart at 999 Hz.
+    const DWARF_SAMPLES: usize = 8;
+    let quarter = pages * sys::page_size() / 4;
+    let bytes = match dwarf_stack {
+        Some(stack) => quarter.min(DWARF_SAMPLES * (stack as usize + 2048)),
+        None => quarter,
+    };
+    bytes.try_into().unwrap_or(u32::MAX)
+}
+
+/// The soft locked-memory limit of this process in bytes, from
+/// /proc/self/limits (`None` when unreadable; `u64::MAX` when unlimited).
+fn memlock_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))?;
+    let soft = line
+        .trim_start_matches("Max locked memory")
+        .split_whitespace()
+        .next()?;
+    if soft == "unlimited" {
+        return Some(u64::MAX);
+    }
+    soft.parse().ok()
+}
+
+pub(crate) fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_a_locked_memory_limit() {
+        assert!(memlock_limit().is_some());
+    }
+
+    #[test]
+    fn dwarf_rings_hold_a_few_samples_whatever_is_asked() {
+        let (pages, default) = wanted_pages(true, 16384, Some(2));
+        assert_eq!(default, 1024);
+        assert!(pages * sys::page_size() >= 4 * 16384);
+        assert!(pages.is_power_of_two());
+        assert_eq!(wanted_pages(false, 16384, None), (128, 128));
+    }
+}
