@@ -525,7 +525,6 @@ fn an_unprivileged_recording_at_the_default_rate_loses_nothing_and_keeps_whole_s
         flamerec().args(args).output().expect("run flamerec")
     };
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!stderr(&o).contains("lost"), "{}", stderr(&o));
     let info = info_json(&out);
     assert_eq!(info["lost_samples"], 0, "{}", stderr(&o));
     let samples = info["samples"].as_u64().unwrap_or(0);
