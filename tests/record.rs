@@ -400,27 +400,67 @@ fn sys_is_root() -> bool {
 }
 
 #[test]
-fn lost_samples_are_counted_stored_and_explained() {
+fn lost_samples_are_counted_per_cpu_stored_and_explained() {
+    if !perf_usable() {
+        return;
+    }
     let dir = tmp();
     let out = dir.path().join("lost.frec");
-    // A ring of a few samples at 20 kHz with the largest stack copies.
-    let args = ["--mmap-pages", "1", "-F", "20000", "--stack-size", "61440"];
-    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
-    let Some(o) = record(&out, &args, &[bin.to_str().unwrap(), "--units", "150000"]) else {
-        return;
-    };
-    assert!(o.status.success(), "{}", stderr(&o));
+    // The recorder is stopped for a second while the command runs on: its
+    // rings (one page of fp samples at 20 kHz) overrun for certain.
+    let bin = sample_bin(Sample::CpuMix, FramePointers::Yes);
+    let rec = flamerec()
+        .args([
+            "record",
+            "-q",
+            "-g",
+            "fp",
+            "--mmap-pages",
+            "1",
+            "-F",
+            "20000",
+            "-o",
+        ])
+        .arg(&out)
+        .arg("--")
+        .arg(&bin)
+        .args(["--units", "600000"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = rec.id().to_string();
+    sleep(Duration::from_millis(400));
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    sleep(Duration::from_millis(1000));
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let o = rec.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
     let info = info_json(&out);
     let lost = info["lost_samples"].as_u64().unwrap();
     let samples = info["samples"].as_u64().unwrap();
-    assert!(samples + lost > 0);
-    let err = stderr(&o);
-    if lost * 100 > samples + lost {
-        assert!(
-            err.contains("--mmap-pages"),
-            "{lost} lost of {samples}, no advice: {err}"
-        );
-    }
+    assert!(
+        lost * 100 > samples + lost,
+        "{lost} lost of {samples}: {err}"
+    );
+    // Stored per CPU, adding up; the recorder was stopped, not waiting for a
+    // CPU, so the cause is the rings' size.
+    let per_cpu = info["lost_per_cpu"].as_array().unwrap();
+    let sum: u64 = per_cpu.iter().map(|c| c["lost"].as_u64().unwrap()).sum();
+    assert_eq!(sum, lost, "{info}");
+    assert_eq!(info["lost_while_recorder_waited"], 0, "{info}");
+    assert!(
+        err.contains("CPU ") && err.contains("the rings filled between reads: raise --mmap-pages"),
+        "{lost} lost of {samples}, no per-CPU count and cause: {err}"
+    );
     // The count the recorder saw is the count the file keeps.
     let line = err
         .lines()
@@ -429,6 +469,12 @@ fn lost_samples_are_counted_stored_and_explained() {
     assert!(
         line.contains(&format!("{samples} samples, {lost} lost")),
         "{line}"
+    );
+    let text = flamerec().arg("info").arg(&out).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("because a ring was full"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
     );
 }
 

@@ -21,6 +21,11 @@ pub struct Summary {
     pub weight: u64,
     /// Samples lost while recording.
     pub lost_samples: u64,
+    /// Lost per CPU ring, as (CPU, count); empty in files before 2.0 or
+    /// without a trailer.
+    pub lost_per_cpu: Vec<(u32, u64)>,
+    /// Lost while the recorder waited for a CPU.
+    pub lost_starved: u64,
     /// Length of the recording in seconds.
     pub duration_s: f64,
     /// Distinct processes.
@@ -78,6 +83,8 @@ impl Summary {
             samples,
             weight,
             lost_samples: lost,
+            lost_per_cpu: Vec::new(),
+            lost_starved: 0,
             duration_s: last_ns as f64 / 1e9,
             processes: pids.len() as u64,
             threads: tids.len() as u64,
@@ -90,6 +97,8 @@ impl Summary {
         };
         if let Some(t) = totals {
             s.lost_samples = t.lost_samples;
+            s.lost_per_cpu = t.lost_per_cpu;
+            s.lost_starved = t.lost_starved;
             s.duration_s = t.duration_ns as f64 / 1e9;
             s.processes = t.processes.max(s.processes);
             s.threads = t.threads.max(s.threads);

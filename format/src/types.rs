@@ -62,6 +62,14 @@ pub struct Totals {
     /// live thread's memory (format 1.1).
     #[serde(default)]
     pub completed_stacks: u64,
+    /// Samples lost per CPU ring, as (CPU, count), for the CPUs that lost any
+    /// (format 2.0; absent in older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_per_cpu: Vec<(u32, u64)>,
+    /// Of the lost samples, those lost while the recorder was waiting for a
+    /// CPU (every core busy) rather than because a ring was too small.
+    #[serde(default)]
+    pub lost_starved: u64,
 }
 
 /// What kind of code a module holds.

@@ -64,6 +64,8 @@ pub enum PerfRecord<'a> {
         count: u64,
         /// Timestamp.
         time: u64,
+        /// The CPU whose ring overran (0 when the layout has no CPU).
+        cpu: u32,
     },
     /// A monitored task was switched in or out.
     Switch {
@@ -209,6 +211,25 @@ impl Layout {
         b.u64().unwrap_or(0)
     }
 
+    /// CPU from the sample_id trailer of a non-sample record (0 without one).
+    fn trailer_cpu(&self, body: &[u8]) -> u32 {
+        let st = self.sample_type;
+        let len = self.trailer_len();
+        if st & sample::CPU == 0 || body.len() < len {
+            return 0;
+        }
+        let skip = [sample::TID, sample::TIME]
+            .iter()
+            .filter(|&&bit| st & bit != 0)
+            .count()
+            * 8;
+        let mut b = Bytes {
+            b: &body[body.len() - len + skip..],
+            pos: 0,
+        };
+        b.u32().unwrap_or(0)
+    }
+
     /// Decodes one record; `None` when its body is too short.
     pub fn decode<'a>(&self, ty: u32, misc: u16, body: &'a [u8]) -> Option<PerfRecord<'a>> {
         let mut b = Bytes { b: body, pos: 0 };
@@ -268,11 +289,13 @@ impl Layout {
                 PerfRecord::Lost {
                     count: b.u64()?,
                     time: self.trailer_time(body),
+                    cpu: self.trailer_cpu(body),
                 }
             }
             rt::LOST_SAMPLES => PerfRecord::Lost {
                 count: b.u64()?,
                 time: self.trailer_time(body),
+                cpu: self.trailer_cpu(body),
             },
             rt::THROTTLE => PerfRecord::Throttle,
             rt::SWITCH => {

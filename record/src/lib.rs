@@ -13,6 +13,7 @@
 mod deep;
 mod embed;
 mod launch;
+mod loss;
 mod proc_fs;
 mod procs;
 mod rings;

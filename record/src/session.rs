@@ -298,7 +298,7 @@ pub fn record(
         }
         progress(&Progress {
             samples: st.writer.samples(),
-            lost: st.lost,
+            lost: st.losses.total(),
             elapsed: started.elapsed(),
         });
         let sig = signal.swap(0, Ordering::SeqCst);
@@ -354,17 +354,17 @@ pub fn record(
     unregister(sig_ids);
     st.finish_waiting();
     let (truncated_stacks, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
-    let totals = Totals {
+    let mut totals = Totals {
         truncated_stacks,
         completed_stacks,
-        lost_samples: st.lost,
         duration_ns: duration.as_nanos() as u64,
         processes: st.pids.len() as u64,
         threads: st.tids.len() as u64,
         ..Default::default()
     };
+    st.losses.fill(&mut totals);
     let samples = st.writer.samples();
-    let lost = st.lost;
+    let lost = st.losses.total();
     let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
     let mut warnings = std::mem::take(&mut st.warnings);
     warnings.extend(crate::deep::cut_warning(
@@ -402,12 +402,7 @@ pub fn record(
             exit = wait_blocking(p);
         }
     }
-    if lost > 0 && lost * 100 > samples + lost {
-        warnings.push(format!(
-            "{lost} samples were lost ({:.1}%): lower -F or raise --mmap-pages",
-            lost as f64 * 100.0 / (samples + lost) as f64
-        ));
-    }
+    warnings.extend(st.losses.warning(samples));
     Ok(RecordSummary {
         samples,
         lost,

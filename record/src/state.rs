@@ -9,6 +9,7 @@ use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sam
 use flamerec_unwind::StackUnwinder;
 
 use crate::deep::LiveStacks;
+use crate::loss::Losses;
 use crate::procs::Processes;
 use crate::sample::RawSample;
 use crate::sys;
@@ -44,7 +45,7 @@ pub(crate) struct State<W: io::Write> {
     pub(crate) procs: Processes,
     layout: Layout,
     start_mono: u64,
-    pub(crate) lost: u64,
+    pub(crate) losses: Losses,
     malformed: u64,
     pub(crate) pids: HashSet<u32>,
     pub(crate) tids: HashSet<u32>,
@@ -106,7 +107,7 @@ impl<W: io::Write> State<W> {
                 regs_user,
             },
             start_mono,
-            lost: 0,
+            losses: Losses::default(),
             malformed: 0,
             pids: HashSet::new(),
             tids: HashSet::new(),
@@ -137,6 +138,7 @@ impl<W: io::Write> State<W> {
     /// Copies every ring out, then handles the records of all CPUs in time
     /// order, so an exec or mmap on one CPU precedes samples on another.
     pub(crate) fn drain(&mut self, events: &mut [Event], bufs: &mut [Vec<u8>]) {
+        self.losses.begin_round();
         for (e, buf) in events.iter_mut().zip(bufs.iter_mut()) {
             buf.clear();
             if let Some(ring) = &mut e.ring {
@@ -240,8 +242,8 @@ impl<W: io::Write> State<W> {
                     self.writer.fork(t, pid, ppid, tid, ptid);
                 }
             }
-            PerfRecord::Lost { count, time } => {
-                self.lost += count;
+            PerfRecord::Lost { count, time, cpu } => {
+                self.losses.add(cpu, count);
                 let t = self.rel(time);
                 self.writer.lost(t, count);
             }

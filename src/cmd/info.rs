@@ -30,6 +30,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "complete": s.complete,
             "samples": s.samples,
             "lost_samples": s.lost_samples,
+            "lost_per_cpu": s.lost_per_cpu.iter().map(|&(cpu, n)| json!({"cpu": cpu, "lost": n})).collect::<Vec<_>>(),
+            "lost_while_recorder_waited": s.lost_starved,
             "duration_s": s.duration_s,
             "event": m.event,
             "frequency_hz": m.frequency_hz,
@@ -79,6 +81,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     println!("duration:   {:.2} s", s.duration_s);
     println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
+    if !s.lost_per_cpu.is_empty() {
+        let cpus: Vec<String> = s
+            .lost_per_cpu
+            .iter()
+            .map(|(cpu, n)| format!("CPU {cpu}: {n}"))
+            .collect();
+        println!(
+            "lost:       {}; {} while the recorder waited for a CPU, {} because a ring was full",
+            cpus.join(", "),
+            s.lost_starved,
+            s.lost_samples.saturating_sub(s.lost_starved)
+        );
+    }
     if m.call_graph == "dwarf" {
         println!(
             "stacks:     {} deeper than their copy completed from the live thread, {} cut short",

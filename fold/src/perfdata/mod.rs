@@ -148,7 +148,7 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
         processes: pids.len() as u64,
         threads: imp.threads.len() as u64,
         truncated_stacks: imp.unwinder.stats().truncated,
-        completed_stacks: 0,
+        ..Default::default()
     };
     let bytes = imp.w.finish(totals).map_err(|e| FoldError::PerfData {
         path: path.to_path_buf(),
