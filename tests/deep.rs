@@ -158,7 +158,9 @@ fn info_reports_stacks_completed_from_the_live_thread() {
     let cut = info["truncated_stacks"].as_u64().unwrap_or(u64::MAX);
     assert!(
         completed * 10 >= samples * 9,
-        "{completed} of {samples} completed"
+        "{completed} of {samples} completed ({cut} cut, {} lost): {}",
+        info["lost_samples"],
+        stderr(&o)
     );
     assert!(cut * 100 <= samples * 2, "{cut} of {samples} cut");
 }

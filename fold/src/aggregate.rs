@@ -110,6 +110,11 @@ impl<'o> Aggregator<'o> {
         }
     }
 
+    /// Samples kept so far.
+    pub(crate) fn samples(&self) -> u64 {
+        self.agg.samples
+    }
+
     /// Applies one chunk's events, in order.
     pub(crate) fn feed(&mut self, events: Vec<Event>) {
         for event in events {

@@ -25,9 +25,11 @@ mod aggregate;
 pub mod diff;
 mod error;
 pub mod export;
+mod lines;
 mod output;
 mod perfdata;
 mod profile;
+mod progress;
 
 use std::fs::File;
 use std::io::{BufReader, Cursor, Read};
@@ -39,6 +41,7 @@ use flamerec_symbolize as symbolize;
 pub use error::FoldError;
 pub use output::{write_folded, write_json_summary, write_svg, SUMMARY_SCHEMA};
 pub use profile::{FunctionStats, ProcessStats, Profile};
+pub use progress::{FoldProgress, Phase};
 
 /// How to fold a recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +111,16 @@ impl Default for FoldOptions {
 /// A truncated or damaged recording is not an error: the profile holds its
 /// complete chunks and says why it stopped in [`Profile::damage`].
 pub fn fold_recording(path: &Path, opts: &FoldOptions) -> Result<Profile, FoldError> {
+    fold_recording_with_progress(path, opts, &FoldProgress::default())
+}
+
+/// [`fold_recording`], keeping `progress` up to date for a caller that
+/// shows it (from another thread) while a long fold runs.
+pub fn fold_recording_with_progress(
+    path: &Path,
+    opts: &FoldOptions,
+    progress: &FoldProgress,
+) -> Result<Profile, FoldError> {
     let file = File::open(path).map_err(|source| FoldError::Open {
         path: path.to_path_buf(),
         source,
@@ -119,18 +132,19 @@ pub fn fold_recording(path: &Path, opts: &FoldOptions) -> Result<Profile, FoldEr
     if is_perf_data(path) {
         let imported = perfdata::import(path, &opts.kallsyms)?;
         let reader = Reader::new(Cursor::new(imported.bytes)).map_err(format_err)?;
-        let mut profile = fold_reader(reader, path, opts)?;
+        let mut profile = fold_reader(reader, path, opts, progress)?;
         profile.warnings.splice(0..0, imported.warnings);
         return Ok(profile);
     }
     let reader = Reader::new(BufReader::with_capacity(1 << 20, file)).map_err(format_err)?;
-    fold_reader(reader, path, opts)
+    fold_reader(reader, path, opts, progress)
 }
 
 fn fold_reader<R: Read>(
     mut reader: Reader<R>,
     path: &Path,
     opts: &FoldOptions,
+    progress: &FoldProgress,
 ) -> Result<Profile, FoldError> {
     let format_err = |source| FoldError::Format {
         path: path.to_path_buf(),
@@ -156,6 +170,7 @@ fn fold_reader<R: Read>(
             prefetch = Some(start_prefetch(&pool, reader.tables(), opts));
         }
         aggregator.feed(events);
+        progress.read(reader.offset(), aggregator.samples());
     }
     let agg = aggregator.finish();
     let lost_in_stream = agg.lost;
@@ -182,8 +197,10 @@ fn fold_reader<R: Read>(
             &names,
             &prefetch,
             use_embedded.then_some(&embedded.frames),
+            progress,
         )
     });
+    progress.enter(Phase::Done);
     drop(prefetch);
     if let (Some(why), false) = (&embedded.damage, opts.resymbolize) {
         profile.warnings.insert(

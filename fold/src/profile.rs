@@ -5,6 +5,8 @@
 //! per function, however often the function stands in its stack) and the
 //! deterministic ordering of everything it returns. It does no I/O.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 // Keys are our own strings and ids: a fast hash is safe here.
 use rustc_hash::FxHashMap as HashMap;
@@ -13,6 +15,8 @@ use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
 
 use crate::aggregate::{Aggregate, NameId};
 use crate::export::Timeline;
+use crate::lines::{self, Line};
+use crate::progress::{FoldProgress, Phase};
 use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
 use flamerec_symbolize::{self as symbolize, FuncId, NameOptions, Prefetch, Symbols};
 
@@ -83,9 +87,13 @@ pub(crate) fn build(
     opts: &NameOptions,
     prefetch: &Prefetch,
     embedded: Option<&symbolize::Embedded>,
+    progress: &FoldProgress,
 ) -> Profile {
     let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
+    progress.naming(used.len() as u64);
+    progress.enter(Phase::Symbolizing);
     let symbols = symbolize::symbolize(tables, &used, opts, prefetch, embedded);
+    progress.enter(Phase::Folding);
     let timeline = agg
         .kept
         .take()
@@ -107,12 +115,11 @@ pub(crate) fn build(
         total_w,
     } = entries
         .par_chunks(chunk)
-        .map(|part| fold_entries(tables, &symbols, &root_names, part))
+        .map(|part| fold_entries(tables, &symbols, part))
         .reduce_with(Folded::add)
         .unwrap_or_else(|| Folded::new(symbols.functions.len(), 0));
 
-    let mut stacks: Vec<(String, u64)> = lines.into_iter().collect();
-    stacks.par_sort_unstable();
+    let stacks = lines::sorted_text(lines, &root_names, &symbols.functions);
 
     let mut functions: Vec<FunctionStats> = symbols
         .functions
@@ -166,7 +173,7 @@ pub(crate) fn build(
 
 /// Folded lines and per-function weights of some stacks.
 struct Folded {
-    lines: HashMap<String, u64>,
+    lines: HashMap<Line, u64>,
     /// Per function: weight of the samples it is the leaf of.
     self_w: Vec<u64>,
     /// Per function: weight of the samples it is in (once per sample).
@@ -206,34 +213,23 @@ impl Folded {
 fn fold_entries(
     tables: &Tables,
     symbols: &Symbols,
-    root_names: &[String],
     entries: &[((NameId, StackId), u64)],
 ) -> Folded {
     let mut out = Folded::new(symbols.functions.len(), entries.len());
     // `stamp[f] == generation` marks functions already counted for this entry.
     let mut stamp = vec![usize::MAX; symbols.functions.len()];
     let mut funcs: Vec<FuncId> = Vec::new();
-    let mut tail = String::new();
+    let mut tail: Arc<[FuncId]> = Arc::new([]);
     let mut current: Option<StackId> = None;
     for (generation, &((root, stack), weight)) in entries.iter().enumerate() {
         if current != Some(stack) {
             current = Some(stack);
             expand(tables, symbols, stack, &mut funcs);
-            tail.clear();
-            for &f in &funcs {
-                tail.push(';');
-                if let Some(func) = symbols.functions.get(f as usize) {
-                    tail.push_str(&func.name);
-                }
-            }
+            tail = Arc::from(&funcs[..]);
         }
-        let root_name = root_names
-            .get(root as usize)
-            .map_or(UNKNOWN, String::as_str);
-        let mut line = String::with_capacity(root_name.len() + tail.len());
-        line.push_str(root_name);
-        line.push_str(&tail);
-        let c = out.lines.entry(line).or_insert(0);
+        // Lines are keyed by ids, not text: a stack's text is made once
+        // per distinct line, at the end (lines::sorted_text).
+        let c = out.lines.entry((root, Arc::clone(&tail))).or_insert(0);
         *c = c.saturating_add(weight);
 
         if let Some(&leaf) = funcs.last() {

@@ -2,13 +2,15 @@
 //! exports (pprof, speedscope, Firefox Profiler); folded text → pprof.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use flamerec_fold::export;
-use flamerec_fold::{FoldOptions, Profile};
+use flamerec_fold::{FoldOptions, FoldProgress, Phase, Profile};
 
 /// Arguments of `flamerec fold`.
 #[derive(Debug, clap::Args)]
@@ -162,9 +164,52 @@ fn options(a: &Args) -> FoldOptions {
     }
 }
 
+/// A progress line on stderr for folds that run longer than a second
+/// (only when stderr is a terminal), cleared when the fold ends.
+fn show_progress(p: &FoldProgress, done: &AtomicBool) {
+    let started = Instant::now();
+    let mut shown = false;
+    while !done.load(Ordering::Relaxed) {
+        std::thread::park_timeout(Duration::from_millis(100));
+        if started.elapsed() < Duration::from_secs(1) || done.load(Ordering::Relaxed) {
+            continue;
+        }
+        let what = match p.phase() {
+            Phase::Reading => format!(
+                "reading: {} samples, {}",
+                p.samples(),
+                super::human_bytes(p.bytes())
+            ),
+            Phase::Symbolizing => format!("naming {} distinct frames", p.frames()),
+            _ => "building stacks".to_string(),
+        };
+        eprint!(
+            "\rflamerec: folding… {what}, {:.1} s\x1b[K",
+            started.elapsed().as_secs_f64()
+        );
+        shown = true;
+    }
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+}
+
 /// Folds with warnings shown on stderr.
 fn fold(input: &Path, opts: &FoldOptions) -> anyhow::Result<Profile> {
-    let profile = flamerec_fold::fold_recording(input, opts)?; // FoldError messages name the file.
+    let progress = FoldProgress::default();
+    let done = AtomicBool::new(false);
+    let profile = std::thread::scope(|s| {
+        let shower = std::io::stderr()
+            .is_terminal()
+            .then(|| s.spawn(|| show_progress(&progress, &done)));
+        let p = flamerec_fold::fold_recording_with_progress(input, opts, &progress);
+        done.store(true, Ordering::Relaxed);
+        // Woken at once, so a short fold does not wait for the next tick.
+        if let Some(h) = shower {
+            h.thread().unpark();
+        }
+        p
+    })?; // FoldError messages name the file.
     if let Some(d) = &profile.damage {
         eprintln!("flamerec: warning: {}: {d}", input.display());
     }

@@ -36,6 +36,9 @@ const MAX_RATIO: u64 = 1032;
 const READ_PIECE: usize = 256 << 10;
 /// Most bytes a buffer grows by before they are inflated into.
 const GROW_STEP: usize = 4 << 20;
+/// Plain sections read up to at least this far are mapped from the file
+/// (whole) rather than copied (`sys`).
+const MAP_ABOVE: u64 = 256 << 10;
 /// Inflating at least this much into a mapping, the far pages are backed
 /// by another thread meanwhile.
 const PREFAULT_ABOVE: usize = 1 << 20;
@@ -82,6 +85,21 @@ impl<'d> Stored<'d> {
                 }
             }
         }
+    }
+
+    /// All of a section stored in a file, mapped, when at least `wanted`
+    /// bytes of it are (`MAP_ABOVE`); `None` to read it instead.
+    fn map_whole(&self, wanted: u64) -> Option<Bytes<'d>> {
+        let Stored::File { file, offset, len } = self else {
+            return None;
+        };
+        if wanted < MAP_ABOVE {
+            return None;
+        }
+        let n = usize::try_from(*len).ok()?;
+        crate::sys::map_file(file, *offset, n)
+            .ok()
+            .map(Bytes::FileMapped)
     }
 
     /// The part after the first `skip` bytes.
@@ -175,6 +193,8 @@ pub(crate) enum Bytes<'d> {
     Owned(Vec<u8>),
     /// The mapping and how much of it holds data.
     Mapped(MmapMut, usize),
+    /// A plain section mapped from its file, whole.
+    FileMapped(memmap2::Mmap),
 }
 
 impl std::ops::Deref for Bytes<'_> {
@@ -185,6 +205,7 @@ impl std::ops::Deref for Bytes<'_> {
             Bytes::Borrowed(b) => b,
             Bytes::Owned(v) => v,
             Bytes::Mapped(map, len) => map.get(..*len).unwrap_or_default(),
+            Bytes::FileMapped(map) => map,
         }
     }
 }
@@ -214,7 +235,12 @@ impl<'d> Reader<'d> {
             return;
         }
         match (self.section.encoding, &mut self.inflater) {
-            (Encoding::Plain, _) => self.bytes = self.section.stored.read(0, len).into(),
+            (Encoding::Plain, _) => {
+                self.bytes = match self.section.stored.map_whole(len) {
+                    Some(map) => map,
+                    None => self.section.stored.read(0, len).into(),
+                }
+            }
             (_, Some(inf)) => inf.extend(&mut self.bytes, len, self.section.size),
             (_, None) => self.bytes = Bytes::Owned(unzstd(&self.section.stored, len)),
         }
