@@ -16,7 +16,8 @@ if [ ! -x "$FP_FLAMEREC" ] || [ -n "$(find "$ROOT" -path "$ROOT/target" -prune -
     (cd "$ROOT" && RUSTFLAGS="-C force-frame-pointers=yes" cargo build --release --quiet \
         --target-dir "$FP_BUILD" -p flamerec --bin flamerec) || die "the frame-pointer build of flamerec failed"
 fi
-debug_info_mb=$(objdump -h "$FP_FLAMEREC" 2> /dev/null | awk '$2 == ".debug_info" {printf "%.0f", strtonum("0x" $3) / 1e6}')
+debug_info_hex=$(objdump -h "$FP_FLAMEREC" 2> /dev/null | awk '$2 == ".debug_info" {print $3}')
+debug_info_mb=$([ -z "$debug_info_hex" ] || calc "int($((16#$debug_info_hex)) / 1e6 + 0.5)")
 
 # One fold of the many-binaries recording, timed, sizes the loop.
 t0=${EPOCHREALTIME/,/.}

@@ -1,6 +1,7 @@
 # Sourced by bench/run. Recorder CPU per sample (issue 16; DESIGN.md ≤ 3 µs in dwarf mode):
 # the `threads` sample runs (three busy threads on the machine's cores) and each recorder
-# attaches to it for ATTACH_S seconds at HF_FREQ; the recorder's user + system CPU time
+# attaches to it for ATTACH_S seconds at HF_FREQ (perf: `perf record -p` stopped by
+# `timeout -s INT`; GNU time counts perf as timeout's child); the recorder's user + system CPU time
 # (GNU time, 10 ms resolution) over the samples it wrote gives µs per sample, and its
 # inverse the samples one recorder sustains per second of its own CPU.
 
@@ -10,8 +11,9 @@ CPU_TSV=$OUT/recorder-cpu.tsv
 printf 'tool\trun\tcpu_s\tsamples\n' > "$CPU_TSV"
 attach_cmd() { # TOOL PID FILE-STEM → REC_CMD and REC_FILE
     case $1 in
-        perf-fp) REC_FILE=$3.data; REC_CMD=(perf record -q -e cpu-clock -F "$HF_FREQ" -g -p "$2" -o "$REC_FILE" -- sleep "$ATTACH_S") ;;
-        perf-dwarf) REC_FILE=$3.data; REC_CMD=(perf record -q -e cpu-clock -F "$HF_FREQ" --call-graph dwarf -p "$2" -o "$REC_FILE" -- sleep "$ATTACH_S") ;;
+        # perf record -p stops on SIGINT (exit status 130), writing its file.
+        perf-fp) REC_FILE=$3.data; REC_CMD=(timeout -s INT "$ATTACH_S" perf record -q -e cpu-clock -F "$HF_FREQ" -g -p "$2" -o "$REC_FILE") ;;
+        perf-dwarf) REC_FILE=$3.data; REC_CMD=(timeout -s INT "$ATTACH_S" perf record -q -e cpu-clock -F "$HF_FREQ" --call-graph dwarf -p "$2" -o "$REC_FILE") ;;
         flamerec-fp) REC_FILE=$3.frec; REC_CMD=("$FLAMEREC" record -q -p "$2" -F "$HF_FREQ" -g fp -d "$ATTACH_S" -o "$REC_FILE") ;;
         flamerec-dwarf) REC_FILE=$3.frec; REC_CMD=("$FLAMEREC" record -q -p "$2" -F "$HF_FREQ" -g dwarf -d "$ATTACH_S" -o "$REC_FILE") ;;
     esac
@@ -24,9 +26,15 @@ if [ -x "$THREADS_BIN" ]; then
             # Far more work than the attachment lasts; killed after.
             "$THREADS_BIN" --units 100000000 > /dev/null &
             BG_PID=$!
+            # Attach once its three workers run (start-up takes a while on a busy machine).
+            for _ in $(seq 100); do
+                [ "$(ls "/proc/$BG_PID/task" 2> /dev/null | wc -l)" -lt 4 ] || break
+                sleep 0.05
+            done
             attach_cmd "$tool" "$BG_PID" "$OUT/rec/attach.$tool"
+            # timeout exits 124 when it stopped perf, as it should.
             /usr/bin/time -f '%U %S' -o "$OUT/cpu" "${REC_CMD[@]}" > /dev/null 2> "$OUT/rec/attach.$tool.err" ||
-                die "$tool attached to threads failed: $(tail -n3 "$OUT/rec/attach.$tool.err")"
+                [ $? = 124 ] || die "$tool attached to threads failed: $(tail -n3 "$OUT/rec/attach.$tool.err")"
             kill "$BG_PID" 2> /dev/null || true
             wait "$BG_PID" 2> /dev/null || true
             BG_PID=""

@@ -31,7 +31,7 @@ else
     chown nobody "$SCRATCH_DIR" && chmod 755 "$SCRATCH_DIR"
     log "lost samples: cpu-mix at $FREQ Hz as nobody"
     for run in $(seq 1 "$RUNS"); do
-        runuser -u nobody -- "$SCRATCH_DIR/flamerec" record -q -F "$FREQ" -o "$SCRATCH_DIR/mix.frec" -- \
+        runuser -u nobody -- env HOME="$SCRATCH_DIR" "$SCRATCH_DIR/flamerec" record -q -F "$FREQ" -o "$SCRATCH_DIR/mix.frec" -- \
             "$SCRATCH_DIR/cpu-mix" --units "$MIX_UNITS" > /dev/null 2> "$OUT/rec/nobody.err" ||
             { NOBODY_NA="flamerec record as nobody failed: $(head -n1 "$OUT/rec/nobody.err")"; break; }
         lost_of "$SCRATCH_DIR/mix.frec" >> "$OUT/lost-nobody.txt"
