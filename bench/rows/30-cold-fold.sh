@@ -5,7 +5,9 @@
 #   a) a DWARF-rich program: flamerec itself built with frame pointers (line tables and
 #      inline DWARF), folding the many-binaries recording in a loop for ≈ CPU_S s, recorded
 #      at HF_FREQ by each recorder;
-#   b) the cargo build recordings of 10-many-stacks.sh (the last run of each recorder).
+#   b) the fp cargo build recordings of 10-many-stacks.sh (the last run of each recorder).
+#      fp only: `perf script` of the dwarf one runs addr2line over rustc's 150 MB library
+#      for inline frames and was still going after minutes; the fp one takes seconds.
 
 # The build lives in OUT/fp-build, rebuilt only when missing or older than a source file.
 FP_BUILD=$OUT/fp-build
@@ -59,13 +61,12 @@ cold_runs cold "$FOLD_RUNS" "${COLD_FILE[perf-fp]:-}" "${COLD_FILE[perf-dwarf]:-
 # A cargo build's folds last seconds, not milliseconds: the recordings' number of runs.
 if [ -z "$CARGO_NA" ]; then
     cb=$OUT/rec/cargo-build
-    fd=$cb.flamerec-dwarf.frec; [ -z "$FLAMEREC_DWARF_NA" ] || fd=""
-    cold_runs cargo "$RUNS" "$cb.perf-fp.data" "$cb.perf-dwarf.data" "$cb.flamerec-fp.frec" "$fd"
+    cold_runs cargo "$RUNS" "$cb.perf-fp.data" "" "$cb.flamerec-fp.frec" ""
 fi
 
-cold_rows() { # PREFIX LABEL FP-BUDGET DWARF-BUDGET
+cold_rows() { # PREFIX LABEL FP-BUDGET DWARF-BUDGET MODES...
     local prefix=$1 label=$2 mode p f r budget cells mem_p mem_f
-    for mode in fp dwarf; do
+    for mode in "${@:5}"; do
         budget=$3; [ $mode = dwarf ] && budget=$4
         p=$(fold_col "$prefix-perf-$mode" 3) f=$(fold_col "$prefix-flamerec-$mode" 3)
         mem_p=$(fold_col "$prefix-perf-$mode" 4) mem_f=$(fold_col "$prefix-flamerec-$mode" 4)
@@ -81,9 +82,9 @@ cold_rows() { # PREFIX LABEL FP-BUDGET DWARF-BUDGET
         row "cold fold peak memory (RSS) vs perf script's, $mode, $label" "${cells[@]}" "$(fmt %.2f "$r") of perf script's" "≤ 1" "$(holds "$r" "<=" 1)"
     done
 }
-cold_rows cold "flamerec built with frame pointers (.debug_info ${debug_info_mb:-?} MB) folding in a loop, $HF_FREQ Hz, ${COLD_SAMPLES[perf-fp]:-?}/${COLD_SAMPLES[perf-dwarf]:-?} perf fp/dwarf samples, ${COLD_SAMPLES[flamerec-fp]:-?}/${COLD_SAMPLES[flamerec-dwarf]:-?} flamerec" 10 50
+cold_rows cold "flamerec built with frame pointers (.debug_info ${debug_info_mb:-?} MB) folding in a loop, $HF_FREQ Hz, ${COLD_SAMPLES[perf-fp]:-?}/${COLD_SAMPLES[perf-dwarf]:-?} perf fp/dwarf samples, ${COLD_SAMPLES[flamerec-fp]:-?}/${COLD_SAMPLES[flamerec-dwarf]:-?} flamerec" 10 50 fp dwarf
 if [ -z "$CARGO_NA" ]; then
-    cold_rows cargo "\`cargo build --release\` of $CRATE_NAME (the last recording of each recorder above)" 10 10
+    cold_rows cargo "\`cargo build --release\` of $CRATE_NAME (the last fp recording of each recorder above)" 10 10 fp
 else
     row "cold fold of a cargo build recording vs perf script of the same" n/a n/a — n/a n/a "n/a: $CARGO_NA" "≥ 10×" n/a
 fi

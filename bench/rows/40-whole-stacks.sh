@@ -2,7 +2,8 @@
 # the thread's entry (entry_share's rule), flamerec dwarf against perf dwarf, on
 #   a) the deep-stack sample (over 200 KiB of stack at the sampled leaf, two threads);
 #   b) the rustc/LLVM threads of the cargo build recordings of 10-many-stacks.sh: threads
-#      named rustc, opt …, lto …, copy … or coordinator (rustc's main thread and LLVM's).
+#      named rustc, opt …, lto …, copy … or coordinator (rustc's main thread and LLVM's);
+#      perf's side folded with `perf script --no-inline`.
 # Budget ≥ 99.5% (DESIGN.md). Beside it flamerec's own count: truncated_stacks / samples
 # from `flamerec info --json`.
 
@@ -42,7 +43,9 @@ fi
 
 if [ -z "$FLAMEREC_DWARF_NA" ] && [ -z "$CARGO_NA" ]; then
     f=$OUT/rec/cargo-build
-    folded_of perf-dwarf "$f.perf-dwarf.data" "$f.perf-dwarf.folded"
+    # --no-inline: perf's inline frames come from addr2line over rustc's 150 MB library,
+    # minutes of work; inlined frames never are a stack's root.
+    perf script --no-inline -i "$f.perf-dwarf.data" 2> /dev/null | inferno-collapse-perf 2> /dev/null > "$f.perf-dwarf.folded"
     folded_of flamerec-dwarf "$f.flamerec-dwarf.frec" "$f.flamerec-dwarf.folded"
     names=$(awk -v only="$RUSTC_THREADS" '{split($0, f, ";"); if (f[1] ~ only) {sub(/ .*/, "", f[1]); n[f[1]] += $NF}}
         END {for (k in n) printf "%s%s %d", (s++ ? ", " : ""), k, n[k]}' "$f.flamerec-dwarf.folded")
