@@ -11,11 +11,11 @@ import json, sys
 i = json.load(sys.stdin)
 print(i["lost_samples"], i["samples"])'
 }
-lost_cell() { # TSV-FILE → "L of N (P%)" and LOST_PCT
+lost_cell() { # FILE of "lost samples" lines → LOST_CELL "L of N (P%)" and LOST_PCT, summed
     local l n
     read -r l n < <(awk '{l += $1; n += $2} END {print l + 0, n + 0}' "$1")
     LOST_PCT=$(calc "100 * $l / ($n + $l)")
-    echo "$l of $((n + l)) ($(fmt %.3f%% "$LOST_PCT"))"
+    LOST_CELL="$l of $((n + l)) ($(fmt %.3f%% "$LOST_PCT"))"
 }
 
 # a) unprivileged
@@ -39,11 +39,11 @@ else
     rm -rf "$SCRATCH_DIR"; SCRATCH_DIR=""
 fi
 if [ -n "$NOBODY_NA" ]; then
-    row "lost samples, unprivileged (user nobody), cpu-mix, $FREQ Hz, defaults" — — — "n/a: $NOBODY_NA" — — "0" n/a
+    row "lost samples, unprivileged (user nobody), cpu-mix, $FREQ Hz, defaults" — — — — "n/a: $NOBODY_NA" — "0" n/a
 else
-    cell=$(lost_cell "$OUT/lost-nobody.txt")
-    row "lost samples / (samples + lost), unprivileged (user nobody, kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid)), cpu-mix, $FREQ Hz, defaults, all runs" \
-        — — — "$cell" — "$cell" "0" "$(holds "$LOST_PCT" "<=" 0)"
+    lost_cell "$OUT/lost-nobody.txt"
+    row "lost samples / (samples + lost), unprivileged (user nobody, kernel.perf_event_paranoid $(cat /proc/sys/kernel/perf_event_paranoid)), cpu-mix, $FREQ Hz, defaults (dwarf), all runs" \
+        — — — — "$LOST_CELL" "$LOST_CELL" "0" "$(holds "$LOST_PCT" "<=" 0)"
 fi
 
 # b) root, 4999 Hz dwarf from the start
@@ -60,7 +60,7 @@ else
             die "recording threads at $HF_FREQ Hz failed: $(tail -n3 "$OUT/rec/lost-threads.err")"
         lost_of "$OUT/rec/lost-threads.frec" >> "$OUT/lost-threads.txt"
     done
-    cell=$(lost_cell "$OUT/lost-threads.txt")
+    lost_cell "$OUT/lost-threads.txt"
     row "lost samples / (samples + lost), root, \`threads --units $THREADS_UNITS\` (3 threads, every core busy) from its start, $HF_FREQ Hz dwarf, all runs" \
-        — — — — "$cell" "$cell" "≤ 0.1%" "$(holds "$LOST_PCT" "<=" 0.1)"
+        — — — — "$LOST_CELL" "$LOST_CELL" "≤ 0.1%" "$(holds "$LOST_PCT" "<=" 0.1)"
 fi
