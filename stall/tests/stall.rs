@@ -284,8 +284,10 @@ fn the_rate_limit_lets_two_a_minute_through_and_counts_the_rest() {
             guard.tick();
         });
     });
-    // Every later stall was reported at least once and suppressed.
-    assert!(wait_for(|| d.stats().suppressed >= 4), "{:?}", d.stats());
+    // Each of the five stalls asked the limit at least once when it began
+    // (a stall whose report went out may ask again when it ends, if its
+    // stack was in by then: timing decides), and only two tokens exist.
+    assert!(wait_for(|| d.stats().suppressed >= 3), "{:?}", d.stats());
     // Dropping delivers what was decided.
     drop(d);
     let got = reports.lock().unwrap();
