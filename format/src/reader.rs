@@ -618,6 +618,13 @@ fn decode_samples(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeF
             weight: 0,
         });
     }
+    decode_threads(c, &mut out)?;
+    decode_stacks_and_weights(c, &mut out, nodes)?;
+    Ok(out)
+}
+
+/// The pid and tid columns (tid as a difference from the pid), both formats.
+fn decode_threads(c: &mut Cursor<'_>, out: &mut [Sample]) -> Result<(), DecodeFail> {
     for s in out.iter_mut() {
         s.pid = c.u32("sample pid")?;
     }
@@ -625,6 +632,16 @@ fn decode_samples(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeF
         let d = c.i64("sample tid")?;
         s.tid = u32::try_from(i64::from(s.pid) + d).map_err(|_| DecodeFail("sample tid"))?;
     }
+    Ok(())
+}
+
+/// The stack column (differences from the highest id so far, each below
+/// `nodes`) and the weight column, both formats.
+fn decode_stacks_and_weights(
+    c: &mut Cursor<'_>,
+    out: &mut [Sample],
+    nodes: u64,
+) -> Result<(), DecodeFail> {
     let mut high = 0i64;
     for s in out.iter_mut() {
         let id = high
@@ -639,7 +656,7 @@ fn decode_samples(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, DecodeF
     for s in out.iter_mut() {
         s.weight = c.u64("sample weight")?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Samples of format 2: threads first, then times per thread relative to the
@@ -659,13 +676,7 @@ fn decode_samples_v2(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, Deco
         };
         n
     ];
-    for s in out.iter_mut() {
-        s.pid = c.u32("sample pid")?;
-    }
-    for s in out.iter_mut() {
-        let d = c.i64("sample tid")?;
-        s.tid = u32::try_from(i64::from(s.pid) + d).map_err(|_| DecodeFail("sample tid"))?;
-    }
+    decode_threads(c, &mut out)?;
     let mut last: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
     for s in out.iter_mut() {
         let v = c.u64("sample time")?;
@@ -682,20 +693,7 @@ fn decode_samples_v2(c: &mut Cursor<'_>, nodes: u64) -> Result<Vec<Sample>, Deco
         last.insert(s.tid, time_us);
         s.time_ns = time_us.saturating_mul(1000);
     }
-    let mut high = 0i64;
-    for s in out.iter_mut() {
-        let id = high
-            .checked_add(c.i64("sample stack")?)
-            .ok_or(DecodeFail("sample stack"))?;
-        if id < 0 || id as u64 >= nodes {
-            return Err(DecodeFail("sample stack"));
-        }
-        high = high.max(id);
-        s.stack = id as StackId;
-    }
-    for s in out.iter_mut() {
-        s.weight = c.u64("sample weight")?;
-    }
+    decode_stacks_and_weights(c, &mut out, nodes)?;
     Ok(out)
 }
 

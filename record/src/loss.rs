@@ -33,8 +33,10 @@ pub(crate) struct Losses {
     rounds: [(Instant, u64); 3],
 }
 
-impl Default for Losses {
-    fn default() -> Self {
+impl Losses {
+    /// Counts for a recording drained by the calling thread (whose
+    /// run-queue delay is read).
+    pub(crate) fn new() -> Self {
         let schedstat = File::open("/proc/thread-self/schedstat").ok();
         let now = (Instant::now(), read_delay(schedstat.as_ref()));
         Losses {
@@ -45,9 +47,7 @@ impl Default for Losses {
             rounds: [now; 3],
         }
     }
-}
 
-impl Losses {
     /// Marks the start of a drain round.
     pub(crate) fn begin_round(&mut self) {
         self.rounds.rotate_left(1);
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn the_warning_names_cpus_and_a_cause() {
-        let mut l = Losses::default();
+        let mut l = Losses::new();
         l.add(1, 30);
         l.add(0, 5);
         assert_eq!(l.total(), 35);

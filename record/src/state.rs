@@ -107,7 +107,7 @@ impl<W: io::Write> State<W> {
                 regs_user,
             },
             start_mono,
-            losses: Losses::default(),
+            losses: Losses::new(),
             malformed: 0,
             pids: HashSet::new(),
             tids: HashSet::new(),
