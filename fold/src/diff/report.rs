@@ -705,7 +705,7 @@ mod tests {
 
     #[test]
     fn markdown_tables_are_capped_at_top() {
-        let base: String = (0..15).map(|i| format!("p;f{i:02} 1\n")).collect();
+        let base: String = (0..15).map(|i| format!("p;f{i:02} {}\n", i + 1)).collect();
         let d = diff(&base, "p;other 1\n");
         let md = markdown(&d, &MarkdownOptions::default());
         let rows = md.lines().filter(|l| l.contains("*(vanished)*")).count();
