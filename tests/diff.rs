@@ -526,3 +526,61 @@ fn sides_that_measured_different_things_are_refused_or_explained() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     }
 }
+
+/// Runs merge wherever a profile is read: `fold` (folded text and the
+/// exports) and `view` take several recordings and add them up.
+#[test]
+fn several_runs_fold_view_and_export_as_one_profile() {
+    let dir = tmp();
+    let (a, b) = (dir.path().join("a.frec"), dir.path().join("b.frec"));
+    let Some(()) = record_cpu_mix(&a, &["--units", "100000"]) else {
+        return;
+    };
+    record_cpu_mix(&b, &["--units", "100000", "--slower", "beta=50"]).expect("recording");
+    let sum = |args: &[&Path]| -> u64 {
+        let o = flamerec().arg("fold").args(args).output().expect("fold");
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum()
+    };
+    let (sa, sb) = (sum(&[&a]), sum(&[&b]));
+    assert!(sa > 0 && sb > 0);
+    assert_eq!(sum(&[&a, &b]), sa + sb);
+
+    // The time-ordered exports keep both runs: one after the other.
+    let speedscope = dir.path().join("s.json");
+    let o = flamerec()
+        .arg("fold")
+        .arg("--speedscope")
+        .arg(&speedscope)
+        .args([&a, &b])
+        .output()
+        .expect("fold");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = read_json(&speedscope);
+    let samples: usize = v["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["samples"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(samples as u64, sa + sb, "{v}");
+
+    let html = dir.path().join("v.html");
+    let o = flamerec()
+        .args(["view", "--html"])
+        .arg(&html)
+        .arg("--base")
+        .args([&a, &b])
+        .output()
+        .expect("view");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("a.frec (+1 more)"),
+        "the title names the runs"
+    );
+}
