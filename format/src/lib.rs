@@ -74,7 +74,7 @@ pub use types::{
     Event, Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleId, ModuleKind, Sample,
     StackId, StringId, Totals,
 };
-pub use writer::Writer;
+pub use writer::{Writer, DEFAULT_LEVEL};
 
 use std::io::Read;
 

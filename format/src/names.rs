@@ -33,6 +33,11 @@ use crate::layout::tag;
 use crate::types::FrameId;
 use crate::writer::write_chunk;
 
+/// The zstd level of the names chunks. They are written while the user waits
+/// for the recording to end; level 19 took ≈ 0.4 s of a `cargo build`
+/// recording's 0.6 s of embedding (≈ 1 MB of names) for ≈ 10% fewer bytes.
+const NAMES_LEVEL: i32 = 3;
+
 /// Payload bytes per names chunk, at most (well below the chunk limit).
 const CHUNK_PAYLOAD: usize = 1 << 20;
 
@@ -117,7 +122,7 @@ pub fn write_names<W: Write>(
         }
         let mut payload = Vec::new();
         optional_record(&mut payload, tag::NAMES, &encode(&sorted[start..end]));
-        written += write_chunk(out, &payload, 19)?;
+        written += write_chunk(out, &payload, NAMES_LEVEL)?;
         start = end;
     }
     let json = serde_json::to_vec(&NamesEnd {
@@ -127,7 +132,7 @@ pub fn write_names<W: Write>(
     .map_err(|e| FormatError::Encode(e.to_string()))?;
     let mut payload = Vec::new();
     optional_record(&mut payload, tag::NAMES_END, &json);
-    written += write_chunk(out, &payload, 19)?;
+    written += write_chunk(out, &payload, NAMES_LEVEL)?;
     out.flush()?;
     Ok(written)
 }

@@ -161,6 +161,47 @@ pub fn split<'a>(buf: &'a [u8], malformed: &mut u64) -> Vec<(u32, u16, &'a [u8])
     out
 }
 
+/// Where the records of a ring's two published slices (see
+/// `RingBuffer::peek`) split: whole records end at `.0` in `first`, the
+/// record that straddles the wrap (if any) is copied whole into `scratch`,
+/// and whole records start again at `.1` in `second`. Feed `first[..0]`,
+/// `scratch` and `second[.1..]` to [`split`]. A straddling record whose size
+/// the bytes cannot hold is left to `split` to count as malformed.
+pub fn straddle(first: &[u8], second: &[u8], scratch: &mut Vec<u8>) -> (usize, usize) {
+    scratch.clear();
+    let mut pos = 0;
+    while pos + 8 <= first.len() {
+        let size = u16::from_ne_bytes([first[pos + 6], first[pos + 7]]) as usize;
+        if size < 8 || pos + size > first.len() {
+            break;
+        }
+        pos += size;
+    }
+    if pos == first.len() || second.is_empty() {
+        return (pos, 0);
+    }
+    // The header itself may be cut by the wrap: read its size from both parts.
+    let tail = &first[pos..];
+    let byte = |i: usize| {
+        tail.get(i)
+            .or_else(|| second.get(i - tail.len()))
+            .copied()
+            .unwrap_or(0)
+    };
+    let size = u16::from_ne_bytes([byte(6), byte(7)]) as usize;
+    let from_second = size.saturating_sub(tail.len()).min(second.len());
+    if size < 8 {
+        // Not a record: `split` reports its header, and, as in one buffer,
+        // nothing after it is read.
+        scratch.extend_from_slice(tail);
+        scratch.extend_from_slice(&second[..8usize.saturating_sub(tail.len()).min(second.len())]);
+        return (pos, second.len());
+    }
+    scratch.extend_from_slice(tail);
+    scratch.extend_from_slice(&second[..from_second]);
+    (pos, from_second)
+}
+
 /// Layout of the sample_id trailer and of samples, from the sample_type bits.
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
@@ -382,6 +423,62 @@ impl Layout {
 
 #[cfg(test)]
 mod tests {
+
+    /// Records of sizes 8–40 bytes: type = index, body bytes = index.
+    fn records(n: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let size = 8 + 8 * (i % 5);
+            out.extend_from_slice(&(i as u32).to_ne_bytes());
+            out.extend_from_slice(&0u16.to_ne_bytes());
+            out.extend_from_slice(&(size as u16).to_ne_bytes());
+            out.extend(std::iter::repeat_n(i as u8, size - 8));
+        }
+        out
+    }
+
+    #[test]
+    fn records_read_in_place_across_the_wrap_equal_a_contiguous_read() {
+        let bytes = records(40);
+        let mut m = 0;
+        let want: Vec<(u32, u16, Vec<u8>)> = split(&bytes, &mut m)
+            .into_iter()
+            .map(|(t, x, b)| (t, x, b.to_vec()))
+            .collect();
+        assert_eq!((want.len(), m), (40, 0));
+        let mut scratch = Vec::new();
+        // Every cut point, including inside headers and at record starts.
+        for cut in 0..=bytes.len() {
+            let (first, second) = bytes.split_at(cut);
+            let (end, start) = straddle(first, second, &mut scratch);
+            let mut malformed = 0;
+            let mut got = Vec::new();
+            for part in [&first[..end], &scratch[..], &second[start..]] {
+                got.extend(
+                    split(part, &mut malformed)
+                        .into_iter()
+                        .map(|(t, x, b)| (t, x, b.to_vec())),
+                );
+            }
+            assert_eq!((&got, malformed), (&want, 0), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_straddling_header_with_no_size_is_malformed_not_a_loop() {
+        let mut first = records(2);
+        first.extend_from_slice(&[7, 0, 0, 0, 0, 0]); // 6 bytes of a header
+        let second = [0u8, 0, 1, 2, 3];
+        let mut scratch = Vec::new();
+        let (end, start) = straddle(&first, &second, &mut scratch);
+        let mut malformed = 0;
+        let n = split(&first[..end], &mut malformed).len()
+            + split(&scratch, &mut malformed).len()
+            + split(&second[start..], &mut malformed).len();
+        assert_eq!(n, 2);
+        assert!(malformed >= 1);
+    }
+
     use super::*;
 
     fn rec(ty: u32, misc: u16, body: &[u8]) -> Vec<u8> {

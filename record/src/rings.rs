@@ -54,15 +54,19 @@ pub(crate) fn fit_pages(pages: usize, default: usize, cpus: usize) -> (usize, Op
     (p, warning)
 }
 
-/// When the loop wakes for a ring: a quarter full; in dwarf mode after a
-/// few samples already, so a sample deeper than its copy meets its thread's
-/// live stack within milliseconds (see `deep`), while its frames still are.
-pub(crate) fn wakeup_bytes(pages: usize, dwarf_stack: Option<u32>) -> u32 {
-    /// Dwarf samples per wake-up: ≈ 8 ms apart at 999 Hz.
-    const DWARF_SAMPLES: usize = 8;
+/// When the loop wakes for a ring: a quarter full; in dwarf mode after
+/// about 8 ms of samples already (8 samples at 999 Hz, 40 at 4999 Hz), so a
+/// sample deeper than its copy meets its thread's live stack within
+/// milliseconds (see `deep`), while its frames still are. Counted in time,
+/// not samples: at 4999 Hz a wake-up every 8 samples spent a fifth of the
+/// recorder's CPU switching to it.
+pub(crate) fn wakeup_bytes(pages: usize, dwarf_stack: Option<u32>, frequency_hz: u64) -> u32 {
+    /// Milliseconds of samples per wake-up in dwarf mode.
+    const DWARF_WAKE_MS: u64 = 8;
     let quarter = pages * sys::page_size() / 4;
+    let samples = (frequency_hz.saturating_mul(DWARF_WAKE_MS) / 1000).max(8) as usize;
     let bytes = match dwarf_stack {
-        Some(stack) => quarter.min(DWARF_SAMPLES * (stack as usize + 2048)),
+        Some(stack) => quarter.min(samples.saturating_mul(stack as usize + 2048)),
         None => quarter,
     };
     bytes.try_into().unwrap_or(u32::MAX)

@@ -14,7 +14,7 @@ use crate::procs::Processes;
 use crate::sample::RawSample;
 use crate::sys;
 use crate::{CallGraph, EventKind, RecordOptions};
-use flamerec_perf::parse::{split, Layout, PerfRecord};
+use flamerec_perf::parse::{split, straddle, Layout, PerfRecord};
 use flamerec_symbolize::kallsyms::{AddressRanges, Kallsyms};
 use flamerec_symbolize::live::{module_for, vdso_image};
 
@@ -137,26 +137,40 @@ impl<W: io::Write> State<W> {
 
     /// Copies every ring out, then handles the records of all CPUs in time
     /// order, so an exec or mmap on one CPU precedes samples on another.
-    pub(crate) fn drain(&mut self, events: &mut [Event], bufs: &mut [Vec<u8>]) {
+    pub(crate) fn drain(&mut self, events: &mut [Event], scratch: &mut [Vec<u8>]) {
         self.losses.begin_round();
-        for (e, buf) in events.iter_mut().zip(bufs.iter_mut()) {
-            buf.clear();
-            if let Some(ring) = &mut e.ring {
-                ring.drain(buf);
+        // Records are read in place in the rings (a dwarf sample carries a
+        // whole stack copy; copying them out was a fifth of the recorder's
+        // CPU); only the one record a ring's wrap cuts in two is copied.
+        let mut published = Vec::with_capacity(events.len());
+        {
+            let mut views: Vec<(&[u8], &[u8])> = Vec::with_capacity(events.len());
+            for (e, sc) in events.iter().zip(scratch.iter_mut()) {
+                let (a, b) = e.ring.as_ref().map_or((&[][..], &[][..]), |r| r.peek());
+                let (end, start) = straddle(a, b, sc);
+                published.push(a.len() + b.len());
+                views.push((&a[..end], &b[start..]));
             }
-        }
-        let mut recs = Vec::new();
-        for buf in bufs.iter() {
-            for (ty, misc, body) in split(buf, &mut self.malformed) {
-                match self.layout.decode(ty, misc, body) {
-                    Some(r) => recs.push(r),
-                    None => self.malformed += 1,
+            let mut recs = Vec::new();
+            for ((a, b), sc) in views.into_iter().zip(scratch.iter()) {
+                for part in [a, &sc[..], b] {
+                    for (ty, misc, body) in split(part, &mut self.malformed) {
+                        match self.layout.decode(ty, misc, body) {
+                            Some(r) => recs.push(r),
+                            None => self.malformed += 1,
+                        }
+                    }
                 }
             }
+            recs.sort_by_key(record_time);
+            for r in recs {
+                self.handle(r);
+            }
         }
-        recs.sort_by_key(record_time);
-        for r in recs {
-            self.handle(r);
+        for (e, n) in events.iter_mut().zip(published) {
+            if let Some(ring) = &mut e.ring {
+                ring.consume(n);
+            }
         }
         if let Some(u) = &mut self.unwinder {
             let done = self.live.end_round(u);

@@ -89,6 +89,42 @@ impl RingBuffer {
         self.data_size
     }
 
+    /// The bytes the kernel has published and this reader has not consumed:
+    /// two slices when they wrap around the end of the buffer (the second
+    /// empty otherwise). Reading them in place spares copying every sample's
+    /// stack out of the ring; the kernel does not write them until
+    /// [`RingBuffer::consume`] frees them.
+    pub fn peek(&self) -> (&[u8], &[u8]) {
+        let head = self.head().load(Ordering::Acquire);
+        let tail = self.tail().load(Ordering::Relaxed);
+        let avail = (head.wrapping_sub(tail) as usize).min(self.data_size);
+        if avail == 0 {
+            return (&[], &[]);
+        }
+        let start = (tail as usize) % self.data_size;
+        let first = avail.min(self.data_size - start);
+        // SAFETY: data_offset + data_size lies inside the mapping, which lives
+        // as long as `self`; `start + first` and `avail - first` stay within
+        // the data area; the bytes between tail and head are not written by
+        // the kernel until `consume` moves data_tail past them, which takes
+        // `&mut self` and so ends these borrows first.
+        unsafe {
+            let data = self.base.as_ptr().add(self.data_offset);
+            (
+                std::slice::from_raw_parts(data.add(start), first),
+                std::slice::from_raw_parts(data, avail - first),
+            )
+        }
+    }
+
+    /// Frees the first `n` bytes [`RingBuffer::peek`] showed for the kernel
+    /// to write again.
+    pub fn consume(&mut self, n: usize) {
+        let tail = self.tail().load(Ordering::Relaxed);
+        self.tail()
+            .store(tail.wrapping_add(n as u64), Ordering::Release);
+    }
+
     /// Appends every byte the kernel has published to `out` and frees that
     /// space in the buffer. Returns the number of bytes copied.
     pub fn drain(&mut self, out: &mut Vec<u8>) -> usize {
