@@ -17,6 +17,8 @@ use goblin::elf::Elf;
 use memmap2::MmapMut;
 use symbolic_debuginfo::elf::ElfObject;
 
+use super::plt::STUB_SECTIONS;
+
 /// Why a module's file cannot be used for symbolization.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unusable {
@@ -187,9 +189,9 @@ fn zeroed(len: u64) -> Option<MmapMut> {
 }
 
 /// The program-data sections read up front: debug links (DWARF is read
-/// on demand from the file).
+/// on demand from the file) and the PLT's stubs (small; `plt` decodes them).
 fn wanted_progbits(name: &[u8]) -> bool {
-    name == b".gnu_debuglink" || name == b".gnu_debugaltlink"
+    name == b".gnu_debuglink" || name == b".gnu_debugaltlink" || STUB_SECTIONS.contains(&name)
 }
 
 /// The NUL-terminated name at `at` (empty when out of bounds).

@@ -28,6 +28,7 @@ mod jit;
 pub mod kallsyms;
 mod kernel;
 pub mod live;
+mod plt;
 mod prefetch;
 mod sections;
 mod symdata;

@@ -1,6 +1,6 @@
 //! The symbols of one binary: its symbol tables (`.symtab` and `.dynsym`,
-//! read by `symtab`)
-//! and, when present, its DWARF (own or from a separate debug file) for the
+//! read by `symtab`), its PLT stubs (named by `plt` from the binary's own
+//! relocations, before any symbol table is asked) and, when present, its DWARF (own or from a separate debug file) for the
 //! functions inlined at each address.
 //!
 //! DWARF is read by `dwarf` as far as the looked-up addresses need: a sample
@@ -15,6 +15,7 @@ use symbolic_debuginfo::elf::ElfObject;
 
 use super::dwarf::DwarfFile;
 use super::elf::{file_offset_to_vaddr, load_segments, Segment, Unusable};
+use super::plt::{StubName, Stubs};
 use super::sections::Reader;
 use super::symtab::function_names;
 
@@ -35,6 +36,11 @@ impl RawName {
         }
     }
 
+    /// Whether this names a PLT stub (or the PLT's header), not a function.
+    pub(crate) fn is_stub(&self) -> bool {
+        self.name.ends_with(PLT_SUFFIX) || self.name == ".plt"
+    }
+
     /// Whether this name is `short` with its path: `a::b::f` for `f`.
     pub(crate) fn qualifies(&self, short: &RawName) -> bool {
         let full = self.demangle();
@@ -45,20 +51,32 @@ impl RawName {
     }
 
     /// The demangled display name: Rust paths without hash, C++ names with
-    /// parameters but without return type.
+    /// parameters but without return type. A PLT stub's `symbol@plt` is the
+    /// demangled symbol with the suffix (as perf shows it).
     pub(crate) fn demangle(&self) -> String {
         use symbolic_demangle::{Demangle, DemangleOptions};
         let opts = DemangleOptions::name_only().parameters(true);
         let lang = Language::from_u32(self.language);
-        Name::new(self.name.as_str(), NameMangling::Unknown, lang)
+        let (name, suffix) = match self.name.strip_suffix(PLT_SUFFIX) {
+            Some(stem) if !stem.is_empty() => (stem, PLT_SUFFIX),
+            _ => (self.name.as_str(), ""),
+        };
+        let mut out = Name::new(name, NameMangling::Unknown, lang)
             .try_demangle(opts)
-            .into_owned()
+            .into_owned();
+        out.push_str(suffix);
+        out
     }
 }
+
+/// What perf appends to the symbol a PLT stub jumps to.
+const PLT_SUFFIX: &str = "@plt";
 
 /// A binary ready for lookups by file offset.
 pub(crate) struct Binary<'a, 'd> {
     segments: Vec<Segment>,
+    /// The binary's own image (its PLT is not in a separate debug file).
+    image: &'d [u8],
     /// What symbol-table addresses are relative to.
     load_address: u64,
     /// Where the symbol table comes from (read at the first lookup, while
@@ -73,7 +91,7 @@ impl<'a, 'd> Binary<'a, 'd> {
     /// Each object comes with its open file when its DWARF is still on disk.
     /// Without `want_dwarf`, only the symbol table is used.
     pub(crate) fn new(
-        binary: &[u8],
+        binary: &'d [u8],
         obj: (&'a ElfObject<'d>, Option<Arc<File>>),
         debug: Option<(&'a ElfObject<'d>, Option<Arc<File>>)>,
         want_dwarf: bool,
@@ -86,6 +104,7 @@ impl<'a, 'd> Binary<'a, 'd> {
         let symbol_source = if src.has_symbols() { src } else { own };
         Ok(Binary {
             segments,
+            image: binary,
             load_address: src.load_address(),
             symbol_source,
             dwarf: want_dwarf
@@ -120,6 +139,8 @@ impl<'a, 'd> Binary<'a, 'd> {
             .zip(dwarf)
             .zip(symbols)
             .map(|((&vaddr, frames), sym)| match frames {
+                // No DWARF describes a stub; its symbol is not a function's.
+                _ if sym.as_ref().is_some_and(RawName::is_stub) => sym.into_iter().collect(),
                 Some(mut f) => {
                     // DWARF without linkage names (Rust's line-tables-only
                     // debug info) names the outer function without its path;
@@ -137,8 +158,39 @@ impl<'a, 'd> Binary<'a, 'd> {
             .collect()
     }
 
-    /// The symbol-table functions covering `vaddrs`.
+    /// The symbol-table functions covering `vaddrs`, and the PLT stubs.
     fn symbols(&self, vaddrs: &[u64]) -> Vec<Option<RawName>> {
+        let stubs = Stubs::of(self.image, vaddrs);
+        // A local IFUNC's stub is named after the function at its resolver.
+        let mut asked = vaddrs.to_vec();
+        let stub_names: Vec<Option<&StubName>> = vaddrs
+            .iter()
+            .map(|&v| stubs.at(v).map(|s| &s.name))
+            .collect();
+        asked.extend(stub_names.iter().filter_map(|n| match n {
+            Some(StubName::Ifunc(resolver)) => Some(*resolver),
+            _ => None,
+        }));
+        let mut names = self.function_names(&asked).into_iter();
+        let mut out: Vec<Option<RawName>> = names.by_ref().take(vaddrs.len()).collect();
+        for (slot, stub) in out.iter_mut().zip(stub_names) {
+            let Some(stub) = stub else { continue };
+            let name = match stub {
+                StubName::Symbol(s) => format!("{s}{PLT_SUFFIX}"),
+                StubName::Ifunc(resolver) => match names.next().flatten() {
+                    Some(f) => format!("{}{PLT_SUFFIX}", f.name),
+                    None => format!("*ABS*+{resolver:#x}{PLT_SUFFIX}"),
+                },
+                StubName::Header => ".plt".to_string(),
+                StubName::Unnamed(offset) => format!("offset_{offset:#x}{PLT_SUFFIX}"),
+            };
+            *slot = Some(RawName::new(name, Language::Unknown));
+        }
+        out
+    }
+
+    /// The symbol-table functions covering `vaddrs`.
+    fn function_names(&self, vaddrs: &[u64]) -> Vec<Option<RawName>> {
         let src = self.symbol_source;
         // Below the load address nothing is covered; u64::MAX is never asked.
         let rels: Vec<u64> = vaddrs
