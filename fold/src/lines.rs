@@ -21,6 +21,9 @@ use crate::aggregate::NameId;
 use flamerec_symbolize::names::UNKNOWN;
 use flamerec_symbolize::{FuncId, Function};
 
+/// Lines from which sorting is shared between threads.
+const PARALLEL_SORT: usize = 20_000;
+
 /// A folded line: its root name and its functions, root first.
 pub(crate) type Line = (NameId, Arc<[FuncId]>);
 
@@ -32,7 +35,12 @@ pub(crate) fn sorted_text(
 ) -> Vec<(String, u64)> {
     let spell = Spelling { roots, functions };
     let mut sorted: Vec<(Line, u64)> = lines.into_iter().collect();
-    sorted.par_sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
+    // Threads pay off for big sorts only.
+    if sorted.len() < PARALLEL_SORT {
+        sorted.sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
+    } else {
+        sorted.par_sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
+    }
     let mut merged: Vec<(Line, u64)> = Vec::with_capacity(sorted.len());
     for (line, w) in sorted {
         match merged.last_mut() {

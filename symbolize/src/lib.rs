@@ -42,6 +42,7 @@ use std::sync::{Arc, Mutex};
 
 use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
 use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 
 pub mod names;
 
@@ -198,7 +199,7 @@ fn per_module<T: Send>(
     embedded: Option<&Embedded>,
     each: impl Fn(ModuleId, &[(FrameId, u64)], &Context<'_>) -> T + Sync,
 ) -> (Vec<T>, Option<String>) {
-    let mut by_module: HashMap<ModuleId, Vec<(FrameId, u64)>> = HashMap::new();
+    let mut by_module: FxHashMap<ModuleId, Vec<(FrameId, u64)>> = FxHashMap::default();
     for &id in used {
         if let Some(f) = tables.frames.get(id as usize) {
             by_module.entry(f.module).or_default().push((id, f.address));
@@ -220,7 +221,7 @@ fn per_module<T: Send>(
         cache_error: Mutex::new(None),
         opts,
         prefetch,
-        embedded,
+        embedded: embedded.map(|e| by_frame(e, tables.frames.len())),
     };
     // Biggest binaries first, each worker taking the next one when done: a
     // huge debug file started last would otherwise be the whole wait.
@@ -258,8 +259,21 @@ struct Context<'t> {
     opts: &'t NameOptions,
     /// Debug info inflated ahead.
     prefetch: &'t Prefetch,
-    /// Names the recording embeds, used before any binary is read.
-    embedded: Option<&'t Embedded>,
+    /// Names the recording embeds, used before any binary is read; by
+    /// frame id (a frame without names: `None`).
+    embedded: Option<Vec<Option<&'t [Arc<str>]>>>,
+}
+
+/// The embedded names as a table indexed by frame id: one pass over the
+/// map, where every lookup in it would hash.
+fn by_frame(embedded: &Embedded, frames: usize) -> Vec<Option<&[Arc<str>]>> {
+    let mut out = vec![None; frames];
+    for (&frame, names) in embedded {
+        if let Some(slot) = out.get_mut(frame as usize) {
+            *slot = Some(names.as_slice());
+        }
+    }
+    out
 }
 
 /// Bytes a module's symbolization may read: its file and build-id debug file.
@@ -295,7 +309,9 @@ fn merge(tables: &Tables, outcomes: Vec<ModuleOutcome>) -> Symbols {
         frames: vec![Vec::new(); tables.frames.len()],
         ..Default::default()
     };
-    let mut ids: rustc_hash::FxHashMap<Function, FuncId> = Default::default();
+    let all: usize = outcomes.iter().map(|o| o.functions.len()).sum();
+    let mut ids: FxHashMap<Function, FuncId> =
+        FxHashMap::with_capacity_and_hasher(all, Default::default());
     let (mut bad_modules, mut mismatched, mut bad_frames) = (0usize, 0usize, 0usize);
     for outcome in outcomes {
         if let Some(why) = outcome.unusable {
@@ -373,20 +389,22 @@ fn symbolize_module(
 #[derive(Default)]
 struct LocalNames {
     functions: Vec<Function>,
-    ids: HashMap<String, u32>,
+    ids: FxHashMap<String, u32>,
 }
 
 impl LocalNames {
-    fn id(&mut self, name: String, module: &str) -> u32 {
-        if let Some(&id) = self.ids.get(&name) {
+    /// The id of `name` (already spelled for folded text), copied only
+    /// the first time it is seen.
+    fn id(&mut self, name: &str, module: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
             return id;
         }
         let id = self.functions.len() as u32;
         self.functions.push(Function {
-            name: name.clone(),
+            name: name.to_string(),
             module: module.to_string(),
         });
-        self.ids.insert(name, id);
+        self.ids.insert(name.to_string(), id);
         id
     }
 }
@@ -400,7 +418,7 @@ fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOut
                 Some(n) => sanitize(n),
                 None => sanitize(&unresolved(base, addr)),
             };
-            (frame, vec![names.id(name, base)])
+            (frame, vec![names.id(&name, base)])
         })
         .collect();
     ModuleOutcome {
@@ -418,10 +436,17 @@ fn kernel_frames(
     opts: &NameOptions,
 ) -> ModuleOutcome {
     let mut functions: Vec<Function> = Vec::new();
-    let mut ids: HashMap<(String, String), u32> = HashMap::new();
+    let mut ids: FxHashMap<(String, String), u32> = FxHashMap::default();
+    // Many frames fall in one symbol: each symbol is spelled once.
+    let mut by_symbol: FxHashMap<*const flamerec_format::KernelSymbol, u32> = FxHashMap::default();
     let mut out = Vec::with_capacity(frames.len());
     for &(frame, addr) in frames {
-        let (name, module) = match ktable.lookup(addr) {
+        let sym = ktable.lookup(addr);
+        if let Some(&id) = sym.and_then(|s| by_symbol.get(&std::ptr::from_ref(s))) {
+            out.push((frame, vec![id]));
+            continue;
+        }
+        let (name, module) = match sym {
             Some(sym) => (sanitize(&sym.name), kernel::module_name(sym)),
             None => (sanitize(&unresolved(base, addr)), base.to_string()),
         };
@@ -433,6 +458,9 @@ fn kernel_frames(
             });
             (functions.len() - 1) as u32
         });
+        if let Some(sym) = sym {
+            by_symbol.insert(std::ptr::from_ref(sym), id);
+        }
         out.push((frame, vec![id]));
     }
     ModuleOutcome {
@@ -453,7 +481,7 @@ fn unresolved_frames(
         .iter()
         .map(|&(frame, addr)| {
             let name = sanitize(&unresolved(base, addr));
-            (frame, vec![names.id(name, base)])
+            (frame, vec![names.id(&name, base)])
         })
         .collect();
     ModuleOutcome {
