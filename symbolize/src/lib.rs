@@ -46,7 +46,7 @@ use rustc_hash::FxHashMap;
 
 pub mod names;
 
-use crate::names::{basename, sanitize, unresolved};
+use crate::names::{basename, sanitize, sanitized, unresolved};
 pub use cache::default_dir as default_cache_dir;
 pub use cache::SymbolCache;
 pub use debugfile::DEFAULT_DEBUG_DIR;
@@ -480,8 +480,8 @@ fn unresolved_frames(
     let out = frames
         .iter()
         .map(|&(frame, addr)| {
-            let name = sanitize(&unresolved(base, addr));
-            (frame, vec![names.id(&name, base)])
+            let name = unresolved(base, addr);
+            (frame, vec![names.id(&sanitized(&name), base)])
         })
         .collect();
     ModuleOutcome {
