@@ -46,7 +46,7 @@ use rustc_hash::FxHashMap;
 
 pub mod names;
 
-use crate::names::{basename, sanitize, sanitized, unresolved};
+use crate::names::{basename, sanitize, unresolved};
 pub use cache::default_dir as default_cache_dir;
 pub use cache::SymbolCache;
 pub use debugfile::DEFAULT_DEBUG_DIR;
@@ -476,16 +476,26 @@ fn unresolved_frames(
     frames: &[(FrameId, u64)],
     unusable: Option<Unusable>,
 ) -> ModuleOutcome {
-    let mut names = LocalNames::default();
+    // Frames come sorted by address, and each address has its own name:
+    // no map is needed to give each name one id (`merge` unites names
+    // that still coincide).
+    let mut functions: Vec<Function> = Vec::new();
+    let mut last = None;
     let out = frames
         .iter()
         .map(|&(frame, addr)| {
-            let name = unresolved(base, addr);
-            (frame, vec![names.id(&sanitized(&name), base)])
+            if last != Some(addr) || functions.is_empty() {
+                last = Some(addr);
+                functions.push(Function {
+                    name: sanitize(&unresolved(base, addr)),
+                    module: base.to_string(),
+                });
+            }
+            (frame, vec![(functions.len() - 1) as u32])
         })
         .collect();
     ModuleOutcome {
-        functions: names.functions,
+        functions,
         frames: out,
         bad_frames: if unusable.is_some() { frames.len() } else { 0 },
         unusable,
