@@ -11,16 +11,17 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use symbolic_debuginfo::elf::ElfObject;
 
-use super::cache::AddressTable;
-use super::elf::{self, Unusable};
-use super::symdata::{Binary, RawName};
-use super::{debugfile, Context, LocalNames, ModuleOutcome};
+use crate::cache::AddressTable;
+use crate::elf::{self, debugfile};
+use crate::engine::{Context, LocalNames, ModuleOutcome};
 use crate::names::{sanitize, sanitized, unresolved};
+use crate::symdata::Binary;
+use crate::types::{RawName, Unusable};
 
 /// Names the frames (`(frame, file offset)`, sorted by offset) of module `m`:
 /// from the names embedded in the recording where it has them, else from
 /// the symbol cache and the binary.
-pub(super) fn file_frames(
+pub(crate) fn file_frames(
     m: &Module,
     base: &str,
     frames: &[(FrameId, u64)],
@@ -127,7 +128,7 @@ pub(super) fn file_frames(
 /// knows no name), or `None` for all of them when the binary is unusable
 /// (missing, unreadable, another build), whose names then stay for `fold`
 /// to look up.
-pub(super) fn embed_frames(
+pub(crate) fn embed_frames(
     m: &Module,
     frames: &[(FrameId, u64)],
     ctx: &Context<'_>,

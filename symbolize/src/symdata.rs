@@ -10,67 +10,15 @@
 use std::fs::File;
 use std::sync::Arc;
 
-use symbolic_common::{Language, Name, NameMangling};
+use symbolic_common::Language;
 use symbolic_debuginfo::elf::ElfObject;
 
-use super::dwarf::DwarfFile;
-use super::elf::{file_offset_to_vaddr, load_segments, Segment, Unusable};
-use super::plt::{StubName, Stubs};
-use super::sections::Reader;
-use super::symtab::function_names;
-
-/// A function name as stored: possibly mangled, with its source language.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct RawName {
-    /// The possibly mangled name.
-    pub name: String,
-    /// `symbolic_common::Language` as a number (what the cache stores).
-    pub language: u32,
-}
-
-impl RawName {
-    pub(crate) fn new(name: impl Into<String>, language: Language) -> Self {
-        RawName {
-            name: name.into(),
-            language: language as u32,
-        }
-    }
-
-    /// Whether this names a PLT stub (or the PLT's header), not a function.
-    pub(crate) fn is_stub(&self) -> bool {
-        self.name.ends_with(PLT_SUFFIX) || self.name == ".plt"
-    }
-
-    /// Whether this name is `short` with its path: `a::b::f` for `f`.
-    pub(crate) fn qualifies(&self, short: &RawName) -> bool {
-        let full = self.demangle();
-        let short = short.demangle();
-        full.len() > short.len()
-            && full.ends_with(short.as_str())
-            && full[..full.len() - short.len()].ends_with("::")
-    }
-
-    /// The demangled display name: Rust paths without hash, C++ names with
-    /// parameters but without return type. A PLT stub's `symbol@plt` is the
-    /// demangled symbol with the suffix (as perf shows it).
-    pub(crate) fn demangle(&self) -> String {
-        use symbolic_demangle::{Demangle, DemangleOptions};
-        let opts = DemangleOptions::name_only().parameters(true);
-        let lang = Language::from_u32(self.language);
-        let (name, suffix) = match self.name.strip_suffix(PLT_SUFFIX) {
-            Some(stem) if !stem.is_empty() => (stem, PLT_SUFFIX),
-            _ => (self.name.as_str(), ""),
-        };
-        let mut out = Name::new(name, NameMangling::Unknown, lang)
-            .try_demangle(opts)
-            .into_owned();
-        out.push_str(suffix);
-        out
-    }
-}
-
-/// What perf appends to the symbol a PLT stub jumps to.
-const PLT_SUFFIX: &str = "@plt";
+use crate::dwarf::DwarfFile;
+use crate::elf::plt::{StubName, Stubs};
+use crate::elf::sections::Reader;
+use crate::elf::symtab::function_names;
+use crate::elf::{file_offset_to_vaddr, load_segments, Segment};
+use crate::types::{RawName, Unusable, PLT_SUFFIX};
 
 /// A binary ready for lookups by file offset.
 pub(crate) struct Binary<'a, 'd> {
@@ -227,24 +175,5 @@ mod tests {
         let out = bin.lookup_all(&[u64::MAX, 0]);
         assert_eq!(out.len(), 2);
         assert!(out[0].is_empty());
-    }
-
-    #[test]
-    fn a_path_qualifies_a_bare_name() {
-        let full = RawName::new("_ZN4core3fmt5write17h0123456789abcdefE", Language::Unknown);
-        assert!(full.qualifies(&RawName::new("write", Language::Rust)));
-        assert!(!full.qualifies(&RawName::new("rite", Language::Rust)));
-        assert!(!full.qualifies(&RawName::new("core::fmt::write", Language::Rust)));
-        let c = RawName::new("__GI_munmap", Language::Unknown);
-        assert!(!c.qualifies(&RawName::new("munmap", Language::C)));
-    }
-
-    #[test]
-    fn names_demangle_by_language() {
-        let r = RawName::new("_ZN4core3fmt5write17h0123456789abcdefE", Language::Rust);
-        assert_eq!(r.demangle(), "core::fmt::write");
-        let c = RawName::new("_Z3fooi", Language::Unknown);
-        assert_eq!(c.demangle(), "foo(int)");
-        assert_eq!(RawName::new("main", Language::C).demangle(), "main");
     }
 }

@@ -31,8 +31,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::elf::hex;
-use super::symdata::RawName;
+use crate::elf::hex;
+use crate::types::RawName;
 
 const MAGIC: &[u8; 8] = b"FRSYMC\0\x03";
 const SUBDIR: &str = "symbols-v3";
