@@ -135,7 +135,20 @@ fn per_module<T: Send>(
     let mut order: Vec<(u64, usize)> = groups
         .par_iter()
         .enumerate()
-        .map(|(i, (m, _))| (estimated_cost(tables, *m, &opts.debug_dirs), i))
+        .map(|(i, (m, frames))| {
+            // A module the recording names entirely reads no file.
+            let named = ctx.embedded.as_ref().is_some_and(|e| {
+                frames
+                    .iter()
+                    .all(|&(id, _)| e.get(id as usize).is_some_and(Option::is_some))
+            });
+            let cost = if named {
+                0
+            } else {
+                estimated_cost(tables, *m, &opts.debug_dirs)
+            };
+            (cost, i)
+        })
         .collect();
     order.sort_unstable_by(|a, b| b.cmp(a));
     let next = AtomicUsize::new(0);
