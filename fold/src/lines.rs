@@ -21,6 +21,9 @@ use crate::aggregate::NameId;
 use flamerec_symbolize::names::UNKNOWN;
 use flamerec_symbolize::{FuncId, Function};
 
+/// Lines from which sorting is shared between threads.
+const PARALLEL_SORT: usize = 20_000;
+
 /// A folded line: its root name and its functions, root first.
 pub(crate) type Line = (NameId, Arc<[FuncId]>);
 
@@ -30,9 +33,14 @@ pub(crate) fn sorted_text(
     roots: &[String],
     functions: &[Function],
 ) -> Vec<(String, u64)> {
-    let spell = Spelling { roots, functions };
+    let spell = Spelling::new(roots, functions);
     let mut sorted: Vec<(Line, u64)> = lines.into_iter().collect();
-    sorted.par_sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
+    // Threads pay off for big sorts only.
+    if sorted.len() < PARALLEL_SORT {
+        sorted.sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
+    } else {
+        sorted.par_sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
+    }
     let mut merged: Vec<(Line, u64)> = Vec::with_capacity(sorted.len());
     for (line, w) in sorted {
         match merged.last_mut() {
@@ -52,9 +60,69 @@ pub(crate) fn sorted_text(
 struct Spelling<'a> {
     roots: &'a [String],
     functions: &'a [Function],
+    root_order: Order,
+    function_order: Order,
 }
 
-impl Spelling<'_> {
+/// The byte order of a set of names, as ranks: comparing two ranks is
+/// comparing the names, where that decides the order of the lines too.
+struct Order {
+    /// Per id, its name's place among the distinct names.
+    rank: Vec<u32>,
+    /// Per rank, whether its name is a proper prefix of the next name
+    /// (then the lines' order depends on what follows the shorter name).
+    extended: Vec<bool>,
+}
+
+impl Order {
+    fn new<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> Self {
+        let names: Vec<&str> = names.collect();
+        let mut ids: Vec<u32> = (0..names.len() as u32).collect();
+        ids.sort_unstable_by_key(|&i| names[i as usize]);
+        let mut rank = vec![0; names.len()];
+        let mut extended = Vec::new();
+        let mut prev: Option<&str> = None;
+        for &i in &ids {
+            let name = names[i as usize];
+            if prev != Some(name) {
+                if let Some(p) = prev {
+                    extended.push(name.starts_with(p));
+                }
+                prev = Some(name);
+            }
+            rank[i as usize] = extended.len() as u32;
+        }
+        extended.push(false);
+        Order { rank, extended }
+    }
+
+    /// How names `a` and `b`, followed by the rest of their lines, compare:
+    /// `Some(Equal)` when they are spelled alike, `None` when one is a
+    /// prefix of the other (the rest decides), or an id is unknown.
+    fn compare(&self, a: u32, b: u32) -> Option<Ordering> {
+        let (ra, rb) = (*self.rank.get(a as usize)?, *self.rank.get(b as usize)?);
+        if ra == rb {
+            return Some(Ordering::Equal);
+        }
+        // Only a name that extends the lower one could start with it.
+        let lower = ra.min(rb);
+        match self.extended.get(lower as usize) {
+            Some(false) => Some(ra.cmp(&rb)),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> Spelling<'a> {
+    fn new(roots: &'a [String], functions: &'a [Function]) -> Self {
+        Spelling {
+            roots,
+            functions,
+            root_order: Order::new(roots.iter().map(String::as_str)),
+            function_order: Order::new(functions.iter().map(|f| f.name.as_str())),
+        }
+    }
+
     fn root(&self, r: NameId) -> &str {
         self.roots.get(r as usize).map_or(UNKNOWN, String::as_str)
     }
@@ -78,15 +146,39 @@ impl Spelling<'_> {
         s
     }
 
-    /// The byte order of the two lines' text.
-    fn compare(&self, (ra, fa): &Line, (rb, fb): &Line) -> Ordering {
-        if ra == rb {
-            let same = fa.iter().zip(fb.iter()).take_while(|(x, y)| x == y).count();
-            return compare_joined(
-                tail_segments(self, &fa[same..]),
-                tail_segments(self, &fb[same..]),
-            );
+    /// The byte order of the two lines' text: name by name by rank, and
+    /// from the first name that is a prefix of the other byte by byte.
+    fn compare(&self, a: &Line, b: &Line) -> Ordering {
+        let ((ra, fa), (rb, fb)) = (a, b);
+        if ra != rb {
+            match self.root_order.compare(*ra, *rb) {
+                Some(Ordering::Equal) => {}
+                Some(other) => return other,
+                None => return self.compare_bytes(a, b),
+            }
         }
+        for (i, (x, y)) in fa.iter().zip(fb.iter()).enumerate() {
+            if x == y {
+                continue;
+            }
+            match self.function_order.compare(*x, *y) {
+                Some(Ordering::Equal) => {}
+                Some(other) => return other,
+                // All before is spelled alike.
+                None => {
+                    return compare_joined(
+                        tail_segments(self, &fa[i..]),
+                        tail_segments(self, &fb[i..]),
+                    )
+                }
+            }
+        }
+        // One line's text is the start of the other's.
+        fa.len().cmp(&fb.len())
+    }
+
+    /// The byte order of the two lines' text, read byte by byte.
+    fn compare_bytes(&self, (ra, fa): &Line, (rb, fb): &Line) -> Ordering {
         compare_joined(
             std::iter::once(self.root(*ra).as_bytes()).chain(tail_segments(self, fa)),
             std::iter::once(self.root(*rb).as_bytes()).chain(tail_segments(self, fb)),
@@ -177,10 +269,7 @@ mod tests {
             .collect();
         let got = sorted_text(map, &roots, &functions);
 
-        let spell = Spelling {
-            roots: &roots,
-            functions: &functions,
-        };
+        let spell = Spelling::new(&roots, &functions);
         let mut want: Vec<(String, u64)> = Vec::new();
         let mut texts: Vec<(String, u64)> = lines
             .iter()
@@ -196,5 +285,46 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(got.iter().any(|(t, w)| t == "r;a;b" && *w == 1 + 4));
+    }
+
+    /// Lines of names that are prefixes of each other, sort below and
+    /// above `;`, and repeat under other ids, sorted both ways.
+    #[test]
+    fn ranks_order_lines_as_their_bytes() {
+        let names = [
+            "a", "a1", "a:", "a;", "a<", "a b", "ab", "b", "a", "", "b", "a1x", "::", ":",
+        ];
+        let functions: Vec<Function> = names.iter().map(|n| function(n)).collect();
+        let roots: Vec<String> = ["r", "r1", "r", "", "r;x"]
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        let spell = Spelling::new(&roots, &functions);
+        let mut x: u64 = 7;
+        let mut next = |n: usize| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) as usize) % n
+        };
+        let lines: Vec<Line> = (0..400)
+            .map(|_| {
+                let len = next(4);
+                let funcs: Vec<FuncId> = (0..len).map(|_| next(names.len()) as FuncId).collect();
+                (next(roots.len()) as NameId, Arc::from(funcs))
+            })
+            .collect();
+        for a in &lines {
+            for b in &lines {
+                let want = spell.text(a).cmp(&spell.text(b));
+                assert_eq!(
+                    spell.compare(a, b),
+                    want,
+                    "{} vs {}",
+                    spell.text(a),
+                    spell.text(b)
+                );
+            }
+        }
     }
 }

@@ -8,28 +8,40 @@ use std::path::{Path, PathBuf};
 
 use flamerec_format::{FrameId, Module};
 use rayon::prelude::*;
+use rustc_hash::FxHashMap;
 use symbolic_debuginfo::elf::ElfObject;
 
-use super::cache::AddressTable;
-use super::elf::{self, Unusable};
-use super::symdata::{Binary, RawName};
-use super::{debugfile, Context, LocalNames, ModuleOutcome};
-use crate::names::{sanitize, unresolved};
+use crate::cache::AddressTable;
+use crate::elf::{self, debugfile};
+use crate::engine::{Context, LocalNames, ModuleOutcome};
+use crate::names::{sanitize, sanitized, unresolved};
+use crate::symdata::Binary;
+use crate::types::{RawName, Unusable};
 
 /// Names the frames (`(frame, file offset)`, sorted by offset) of module `m`:
 /// from the names embedded in the recording where it has them, else from
 /// the symbol cache and the binary.
-pub(super) fn file_frames(
+pub(crate) fn file_frames(
     m: &Module,
     base: &str,
     frames: &[(FrameId, u64)],
     ctx: &Context<'_>,
 ) -> ModuleOutcome {
-    let (embedded, frames): (Vec<_>, Vec<_>) = match ctx.embedded {
-        Some(e) => frames.iter().partition(|(id, _)| e.contains_key(id)),
-        None => (Vec::new(), frames.to_vec()),
+    let embedded_names = |id: FrameId| {
+        let e = ctx.embedded.as_ref()?;
+        e.get(id as usize).copied().flatten()
     };
-    let mut offsets: Vec<u64> = frames.iter().map(|&(_, off)| off).collect();
+    let (embedded, frames): (Vec<_>, Vec<_>) = match &ctx.embedded {
+        Some(_) => frames
+            .iter()
+            .map(|&(id, addr)| (id, addr, embedded_names(id)))
+            .partition(|(_, _, names)| names.is_some()),
+        None => (
+            Vec::new(),
+            frames.iter().map(|&(id, addr)| (id, addr, None)).collect(),
+        ),
+    };
+    let mut offsets: Vec<u64> = frames.iter().map(|&(_, off, _)| off).collect();
     offsets.dedup();
     let (table, unusable) = if offsets.is_empty() {
         (AddressTable::default(), None)
@@ -60,33 +72,43 @@ pub(super) fn file_frames(
 
     let mut names = LocalNames::default();
     let mut out = Vec::with_capacity(frames.len() + embedded.len());
-    if let Some(e) = ctx.embedded {
-        for &(frame, addr) in &embedded {
-            let chain = e.get(&frame).map_or(&[][..], Vec::as_slice);
+    {
+        // The recording stores each distinct name once and shares it
+        // between frames: each is spelled and interned once.
+        let mut by_string: FxHashMap<*const u8, u32> = FxHashMap::default();
+        for &(frame, addr, chain) in &embedded {
+            let chain = chain.unwrap_or_default();
             let shown = if inline {
                 chain
             } else {
                 &chain[..chain.len().min(1)]
             };
-            let mut ids: Vec<u32> = shown.iter().map(|n| names.id(sanitize(n), base)).collect();
+            let mut ids: Vec<u32> = shown
+                .iter()
+                .map(|n| {
+                    *by_string
+                        .entry(n.as_ptr())
+                        .or_insert_with(|| names.id(&sanitized(n), base))
+                })
+                .collect();
             if ids.is_empty() {
-                ids.push(names.id(sanitize(&unresolved(base, addr)), base));
+                ids.push(names.id(&sanitize(&unresolved(base, addr)), base));
             }
             out.push((frame, ids));
         }
     }
     let mut bad_frames = 0;
-    for &(frame, addr) in &frames {
+    for &(frame, addr, _) in &frames {
         let known = table.entries.get(&addr);
         let mut ids: Vec<u32> = known
             .map(|n| &n[..shown(n)])
             .unwrap_or_default()
             .iter()
             .filter_map(|raw| demangled.get(raw))
-            .map(|n| names.id(n.clone(), base))
+            .map(|n| names.id(n, base))
             .collect();
         if ids.is_empty() {
-            ids.push(names.id(sanitize(&unresolved(base, addr)), base));
+            ids.push(names.id(&sanitize(&unresolved(base, addr)), base));
         }
         if known.is_none() && unusable.is_some() {
             bad_frames += 1;
@@ -106,7 +128,7 @@ pub(super) fn file_frames(
 /// knows no name), or `None` for all of them when the binary is unusable
 /// (missing, unreadable, another build), whose names then stay for `fold`
 /// to look up.
-pub(super) fn embed_frames(
+pub(crate) fn embed_frames(
     m: &Module,
     frames: &[(FrameId, u64)],
     ctx: &Context<'_>,

@@ -13,45 +13,48 @@
 //! looked up in the file (checked against the recorded build id, with DWARF
 //! from a separate debug file when it has none itself) and cached (`files`).
 //!
+//! The house, in the shape of blazesym's: this file is the face (the types
+//! callers see and the two entry points); `engine` runs the per-module work;
+//! one folder per source — `elf/` (files, symbol tables, PLT stubs,
+//! sections, separate debug files), `dwarf/` (inlined frames, inflating
+//! ahead), `kernel/` (kallsyms, recorded kernel symbols), `cache/` (the
+//! on-disk cache); `symdata` combines `elf` and `dwarf` into one binary's
+//! lookups; `types` holds the value types they share and imports nothing.
+//!
 //! This crate never drops a frame: whatever cannot be named becomes
 //! `module+0xOFFSET`. It must not know about samples, roots or output
 //! formats beyond the spelling rules of [`names`]. No unsafe code outside
 //! `sys` (which maps files), no Linux calls beyond reading files.
 #![deny(unsafe_code)]
 
+// Resolvers, one folder per source (their `mod.rs` says what each owns).
 mod cache;
-mod debugfile;
 mod dwarf;
 mod elf;
-mod files;
 mod jit;
-pub mod kallsyms;
 mod kernel;
-pub mod live;
-mod prefetch;
-mod sections;
+// How frames of each kind become names; value types shared by all.
+mod engine;
+mod files;
 mod symdata;
-mod symtab;
+mod types;
+// The crate's one unsafe module: maps files.
 mod sys;
+
+pub mod live;
+pub mod names;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
-use rayon::prelude::*;
+use flamerec_format::FrameId;
 
-pub mod names;
-
-use crate::names::{basename, sanitize, unresolved};
-pub use cache::default_dir as default_cache_dir;
-pub use cache::SymbolCache;
-pub use debugfile::DEFAULT_DEBUG_DIR;
-use elf::Unusable;
-use jit::JitMaps;
-use kernel::KernelTable;
-pub use prefetch::Prefetch;
+pub use cache::{default_dir as default_cache_dir, SymbolCache};
+pub use dwarf::Prefetch;
+pub use elf::debugfile::DEFAULT_DEBUG_DIR;
+pub use engine::{embed, symbolize};
+pub use kernel::kallsyms;
 
 /// Index into [`Symbols::functions`].
 pub type FuncId = u32;
@@ -94,37 +97,8 @@ pub struct Symbols {
     pub warnings: Vec<String>,
 }
 
-/// What one module's symbolization produced, with module-local function ids.
-struct ModuleOutcome {
-    functions: Vec<Function>,
-    frames: Vec<(FrameId, Vec<u32>)>,
-    /// Why some frames could not be named from the binary, if so.
-    unusable: Option<Unusable>,
-    /// How many frames that left unnamed.
-    bad_frames: usize,
-}
-
 /// Names a recording carries for its frames (see `flamerec_format::EmbeddedNames`).
 pub type Embedded = HashMap<FrameId, Vec<Arc<str>>>;
-
-/// Symbolizes `used` (distinct frame ids) against `tables`, taking the names
-/// of frames in `embedded` from there instead of from the binaries.
-pub fn symbolize(
-    tables: &Tables,
-    used: &[FrameId],
-    opts: &NameOptions,
-    prefetch: &Prefetch,
-    embedded: Option<&Embedded>,
-) -> Symbols {
-    let (outcomes, cache_error) = per_module(tables, used, opts, prefetch, embedded, |m, f, c| {
-        symbolize_module(tables, m, f, c)
-    });
-    let mut out = merge(tables, outcomes);
-    if let Some(e) = cache_error {
-        out.warnings.push(e);
-    }
-    out
-}
 
 /// The names a recorder embeds: for the `used` frames of file modules, the
 /// demangled names (outermost first, inlined after) as `symbolize` would
@@ -140,332 +114,4 @@ pub struct Embedding {
     pub unusable_frames: usize,
     /// Problems worth telling the user about.
     pub warnings: Vec<String>,
-}
-
-/// Looks up the names of the `used` frames of file modules for embedding
-/// in a recording (always with inlined frames: `opts.inline` is ignored).
-pub fn embed(tables: &Tables, used: &[FrameId], opts: &NameOptions) -> Embedding {
-    let opts = NameOptions {
-        inline: true,
-        ..opts.clone()
-    };
-    let file_frames: Vec<FrameId> = used
-        .iter()
-        .copied()
-        .filter(|&id| {
-            tables
-                .frames
-                .get(id as usize)
-                .and_then(|f| tables.modules.get(f.module as usize))
-                .is_some_and(|m| m.kind == ModuleKind::File)
-        })
-        .collect();
-    let prefetch = Prefetch::default();
-    let (outcomes, cache_error) = per_module(
-        tables,
-        &file_frames,
-        &opts,
-        &prefetch,
-        None,
-        |m, frames, ctx| {
-            let module = tables.modules.get(m as usize)?;
-            Some((frames.len(), files::embed_frames(module, frames, ctx)))
-        },
-    );
-    let mut out = Embedding::default();
-    for (n, names) in outcomes.into_iter().flatten() {
-        match names {
-            Some(names) => out.names.extend(names),
-            None => {
-                out.unusable_modules += 1;
-                out.unusable_frames += n;
-            }
-        }
-    }
-    out.warnings.extend(cache_error);
-    out
-}
-
-/// Runs `each` on every module's sorted frames, in parallel (biggest
-/// binaries first), and returns the results in module order with the first
-/// symbol cache error, if any.
-fn per_module<T: Send>(
-    tables: &Tables,
-    used: &[FrameId],
-    opts: &NameOptions,
-    prefetch: &Prefetch,
-    embedded: Option<&Embedded>,
-    each: impl Fn(ModuleId, &[(FrameId, u64)], &Context<'_>) -> T + Sync,
-) -> (Vec<T>, Option<String>) {
-    let mut by_module: HashMap<ModuleId, Vec<(FrameId, u64)>> = HashMap::new();
-    for &id in used {
-        if let Some(f) = tables.frames.get(id as usize) {
-            by_module.entry(f.module).or_default().push((id, f.address));
-        }
-    }
-    let mut groups: Vec<(ModuleId, Vec<(FrameId, u64)>)> = by_module.into_iter().collect();
-    groups.sort_unstable_by_key(|(m, _)| *m);
-    for (_, frames) in &mut groups {
-        frames.sort_unstable_by_key(|&(id, addr)| (addr, id));
-    }
-
-    let ctx = Context {
-        ktable: KernelTable::new(&tables.kernel_symbols),
-        jit: match &opts.perf_map_dir {
-            Some(dir) if has_anonymous(tables, &groups) => JitMaps::load(dir, &opts.pids),
-            _ => JitMaps::default(),
-        },
-        cache: opts.cache_dir.clone().map(SymbolCache::new),
-        cache_error: Mutex::new(None),
-        opts,
-        prefetch,
-        embedded,
-    };
-    // Biggest binaries first, each worker taking the next one when done: a
-    // huge debug file started last would otherwise be the whole wait.
-    let mut order: Vec<(u64, usize)> = groups
-        .par_iter()
-        .enumerate()
-        .map(|(i, (m, _))| (estimated_cost(tables, *m, &opts.debug_dirs), i))
-        .collect();
-    order.sort_unstable_by(|a, b| b.cmp(a));
-    let next = AtomicUsize::new(0);
-    let mut done: Vec<(usize, T)> = (0..rayon::current_num_threads())
-        .into_par_iter()
-        .flat_map_iter(|_| {
-            let mut mine = Vec::new();
-            while let Some(&(_, i)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                if let Some((module, frames)) = groups.get(i) {
-                    mine.push((i, each(*module, frames, &ctx)));
-                }
-            }
-            mine
-        })
-        .collect();
-    done.sort_unstable_by_key(|(i, _)| *i);
-    let outcomes = done.into_iter().map(|(_, o)| o).collect();
-    (outcomes, ctx.cache_error.into_inner().ok().flatten())
-}
-
-/// What every module's symbolization shares.
-struct Context<'t> {
-    ktable: KernelTable<'t>,
-    jit: JitMaps,
-    cache: Option<SymbolCache>,
-    /// The first failure to write the cache (one warning is enough).
-    cache_error: Mutex<Option<String>>,
-    opts: &'t NameOptions,
-    /// Debug info inflated ahead.
-    prefetch: &'t Prefetch,
-    /// Names the recording embeds, used before any binary is read.
-    embedded: Option<&'t Embedded>,
-}
-
-/// Bytes a module's symbolization may read: its file and build-id debug file.
-fn estimated_cost(tables: &Tables, module: ModuleId, debug_dirs: &[PathBuf]) -> u64 {
-    let Some(m) = tables.modules.get(module as usize) else {
-        return 0;
-    };
-    if m.kind != ModuleKind::File {
-        return 0;
-    }
-    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |md| md.len());
-    let debug: u64 = debug_dirs
-        .iter()
-        .filter_map(|d| debugfile::build_id_path(d, &m.build_id))
-        .map(|p| size(&p))
-        .sum();
-    size(std::path::Path::new(&m.path)).saturating_add(debug)
-}
-
-fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) -> bool {
-    groups.iter().any(|(m, _)| {
-        tables
-            .modules
-            .get(*m as usize)
-            .is_some_and(|m| m.kind == ModuleKind::Anonymous)
-    })
-}
-
-/// Interns module-local results into one function table and writes the
-/// one-line warning about unusable binaries.
-fn merge(tables: &Tables, outcomes: Vec<ModuleOutcome>) -> Symbols {
-    let mut out = Symbols {
-        frames: vec![Vec::new(); tables.frames.len()],
-        ..Default::default()
-    };
-    let mut ids: rustc_hash::FxHashMap<Function, FuncId> = Default::default();
-    let (mut bad_modules, mut mismatched, mut bad_frames) = (0usize, 0usize, 0usize);
-    for outcome in outcomes {
-        if let Some(why) = outcome.unusable {
-            bad_modules += 1;
-            bad_frames += outcome.bad_frames;
-            if why == Unusable::BuildIdMismatch {
-                mismatched += 1;
-            }
-        }
-        let global: Vec<FuncId> = outcome
-            .functions
-            .into_iter()
-            .map(|f| {
-                let next = ids.len() as FuncId;
-                *ids.entry(f).or_insert(next)
-            })
-            .collect();
-        for (frame, mut locals) in outcome.frames {
-            if let Some(slot) = out.frames.get_mut(frame as usize) {
-                // Module-local ids become global ones in place.
-                locals.retain_mut(|l| match global.get(*l as usize) {
-                    Some(&g) => {
-                        *l = g;
-                        true
-                    }
-                    None => false,
-                });
-                *slot = locals;
-            }
-        }
-    }
-    // Ids were handed out in order: each key goes to its place, uncloned.
-    let mut functions: Vec<Option<Function>> = vec![None; ids.len()];
-    for (f, id) in ids {
-        if let Some(slot) = functions.get_mut(id as usize) {
-            *slot = Some(f);
-        }
-    }
-    out.functions = functions.into_iter().flatten().collect();
-    if bad_modules > 0 {
-        let s = if bad_modules == 1 { "y" } else { "ies" };
-        out.warnings.push(format!(
-            "{bad_modules} binar{s} missing, unreadable or changed since recording \
-             ({mismatched} with a build id mismatch); {bad_frames} frames shown as module+0xOFFSET"
-        ));
-    }
-    out
-}
-
-fn symbolize_module(
-    tables: &Tables,
-    module: ModuleId,
-    frames: &[(FrameId, u64)],
-    ctx: &Context<'_>,
-) -> ModuleOutcome {
-    let Some(m) = tables.modules.get(module as usize) else {
-        return ModuleOutcome {
-            functions: Vec::new(),
-            frames: Vec::new(),
-            unusable: None,
-            bad_frames: 0,
-        };
-    };
-    let base = basename(&m.path);
-    match m.kind {
-        ModuleKind::File => files::file_frames(m, base, frames, ctx),
-        ModuleKind::Kernel => kernel_frames(&ctx.ktable, base, frames, ctx.opts),
-        ModuleKind::Anonymous if !ctx.jit.is_empty() => jit_frames(&ctx.jit, base, frames),
-        // The vDSO image is not on disk.
-        _ => unresolved_frames(base, frames, None),
-    }
-}
-
-/// Collects names so each distinct one gets one module-local id.
-#[derive(Default)]
-struct LocalNames {
-    functions: Vec<Function>,
-    ids: HashMap<String, u32>,
-}
-
-impl LocalNames {
-    fn id(&mut self, name: String, module: &str) -> u32 {
-        if let Some(&id) = self.ids.get(&name) {
-            return id;
-        }
-        let id = self.functions.len() as u32;
-        self.functions.push(Function {
-            name: name.clone(),
-            module: module.to_string(),
-        });
-        self.ids.insert(name, id);
-        id
-    }
-}
-
-fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
-    let mut names = LocalNames::default();
-    let out = frames
-        .iter()
-        .map(|&(frame, addr)| {
-            let name = match jit.lookup(addr) {
-                Some(n) => sanitize(n),
-                None => sanitize(&unresolved(base, addr)),
-            };
-            (frame, vec![names.id(name, base)])
-        })
-        .collect();
-    ModuleOutcome {
-        functions: names.functions,
-        frames: out,
-        unusable: None,
-        bad_frames: 0,
-    }
-}
-
-fn kernel_frames(
-    ktable: &KernelTable<'_>,
-    base: &str,
-    frames: &[(FrameId, u64)],
-    opts: &NameOptions,
-) -> ModuleOutcome {
-    let mut functions: Vec<Function> = Vec::new();
-    let mut ids: HashMap<(String, String), u32> = HashMap::new();
-    let mut out = Vec::with_capacity(frames.len());
-    for &(frame, addr) in frames {
-        let (name, module) = match ktable.lookup(addr) {
-            Some(sym) => (sanitize(&sym.name), kernel::module_name(sym)),
-            None => (sanitize(&unresolved(base, addr)), base.to_string()),
-        };
-        let name = suffixed(name, opts);
-        let id = *ids.entry((name, module)).or_insert_with_key(|(n, m)| {
-            functions.push(Function {
-                name: n.clone(),
-                module: m.clone(),
-            });
-            (functions.len() - 1) as u32
-        });
-        out.push((frame, vec![id]));
-    }
-    ModuleOutcome {
-        functions,
-        frames: out,
-        unusable: None,
-        bad_frames: 0,
-    }
-}
-
-fn unresolved_frames(
-    base: &str,
-    frames: &[(FrameId, u64)],
-    unusable: Option<Unusable>,
-) -> ModuleOutcome {
-    let mut names = LocalNames::default();
-    let out = frames
-        .iter()
-        .map(|&(frame, addr)| {
-            let name = sanitize(&unresolved(base, addr));
-            (frame, vec![names.id(name, base)])
-        })
-        .collect();
-    ModuleOutcome {
-        functions: names.functions,
-        frames: out,
-        bad_frames: if unusable.is_some() { frames.len() } else { 0 },
-        unusable,
-    }
-}
-
-fn suffixed(mut name: String, opts: &NameOptions) -> String {
-    if opts.kernel_suffix {
-        name.push_str("_[k]");
-    }
-    name
 }

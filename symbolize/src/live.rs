@@ -11,7 +11,7 @@ use std::fs;
 
 use flamerec_format::{Frame, FrameId, KernelSymbol, Module, ModuleKind, Tables};
 
-use crate::kallsyms::Kallsyms;
+use crate::kernel::kallsyms::Kallsyms;
 use crate::names::{basename, unresolved};
 use crate::{symbolize, NameOptions, Prefetch};
 

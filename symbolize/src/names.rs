@@ -6,11 +6,50 @@
 //! trailing ` NUMBER` that a reader would take for a (differential) count.
 //! It must not decide *what* a frame is called, only how it is spelled.
 
+use std::borrow::Cow;
+
 /// Name used when nothing is known (thread without a comm, empty symbol).
 pub const UNKNOWN: &str = "[unknown]";
 
 /// Makes `name` safe to stand as one frame of a folded line.
 pub fn sanitize(name: &str) -> String {
+    sanitized(name).into_owned()
+}
+
+/// [`sanitize`], without a copy when `name` is already safe (as nearly
+/// every name is): one pass over its bytes.
+pub fn sanitized(name: &str) -> Cow<'_, str> {
+    if is_safe(name) {
+        Cow::Borrowed(name)
+    } else {
+        Cow::Owned(rewrite(name))
+    }
+}
+
+/// Whether [`rewrite`] would return `name` unchanged: printable ASCII
+/// without `;`, blanks at neither end, no count-like tail after a blank.
+/// (Anything else takes the slow path, which decides exactly.)
+fn is_safe(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) else {
+        return false;
+    };
+    if first == b' ' || last == b' ' {
+        return false;
+    }
+    if !bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b';')
+    {
+        return false;
+    }
+    match name.rfind(' ') {
+        Some(blank) => !is_count_like(&name[blank + 1..]),
+        None => true,
+    }
+}
+
+fn rewrite(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| match c {
@@ -98,6 +137,44 @@ mod tests {
         assert_eq!(sanitize("v 1.2.3"), "v 1.2.3");
         assert_eq!(sanitize("x 12a"), "x 12a");
         assert_eq!(sanitize("12"), "12");
+    }
+
+    #[test]
+    fn the_fast_path_changes_nothing_the_slow_path_would() {
+        let parts = [
+            "",
+            " ",
+            "  ",
+            "a",
+            "a b",
+            "f 12",
+            "f 1.5",
+            "f 1.",
+            "f .5",
+            "f 1.2.3",
+            "x;y",
+            "\t",
+            "\u{85}",
+            "\u{a0}",
+            "é",
+            "<[u8; 4]>",
+            "#",
+            "12",
+            "a  12",
+            "a\t12",
+            "z 0",
+            "fn() const",
+        ];
+        for a in parts {
+            for b in parts {
+                let name = format!("{a}{b}");
+                assert_eq!(sanitized(&name), rewrite(&name), "{name:?}");
+                if matches!(sanitized(&name), Cow::Borrowed(_)) {
+                    assert_eq!(rewrite(&name), name, "{name:?} is safe as it is");
+                }
+            }
+        }
+        assert!(matches!(sanitized("core::fmt::write"), Cow::Borrowed(_)));
     }
 
     #[test]

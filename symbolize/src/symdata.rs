@@ -1,6 +1,6 @@
 //! The symbols of one binary: its symbol tables (`.symtab` and `.dynsym`,
-//! read by `symtab`)
-//! and, when present, its DWARF (own or from a separate debug file) for the
+//! read by `symtab`), its PLT stubs (named by `plt` from the binary's own
+//! relocations, before any symbol table is asked) and, when present, its DWARF (own or from a separate debug file) for the
 //! functions inlined at each address.
 //!
 //! DWARF is read by `dwarf` as far as the looked-up addresses need: a sample
@@ -10,55 +10,21 @@
 use std::fs::File;
 use std::sync::Arc;
 
-use symbolic_common::{Language, Name, NameMangling};
+use symbolic_common::Language;
 use symbolic_debuginfo::elf::ElfObject;
 
-use super::dwarf::DwarfFile;
-use super::elf::{file_offset_to_vaddr, load_segments, Segment, Unusable};
-use super::sections::Reader;
-use super::symtab::function_names;
-
-/// A function name as stored: possibly mangled, with its source language.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct RawName {
-    /// The possibly mangled name.
-    pub name: String,
-    /// `symbolic_common::Language` as a number (what the cache stores).
-    pub language: u32,
-}
-
-impl RawName {
-    pub(crate) fn new(name: impl Into<String>, language: Language) -> Self {
-        RawName {
-            name: name.into(),
-            language: language as u32,
-        }
-    }
-
-    /// Whether this name is `short` with its path: `a::b::f` for `f`.
-    pub(crate) fn qualifies(&self, short: &RawName) -> bool {
-        let full = self.demangle();
-        let short = short.demangle();
-        full.len() > short.len()
-            && full.ends_with(short.as_str())
-            && full[..full.len() - short.len()].ends_with("::")
-    }
-
-    /// The demangled display name: Rust paths without hash, C++ names with
-    /// parameters but without return type.
-    pub(crate) fn demangle(&self) -> String {
-        use symbolic_demangle::{Demangle, DemangleOptions};
-        let opts = DemangleOptions::name_only().parameters(true);
-        let lang = Language::from_u32(self.language);
-        Name::new(self.name.as_str(), NameMangling::Unknown, lang)
-            .try_demangle(opts)
-            .into_owned()
-    }
-}
+use crate::dwarf::DwarfFile;
+use crate::elf::plt::{StubName, Stubs};
+use crate::elf::sections::Reader;
+use crate::elf::symtab::function_names;
+use crate::elf::{file_offset_to_vaddr, load_segments, Segment};
+use crate::types::{RawName, Unusable, PLT_SUFFIX};
 
 /// A binary ready for lookups by file offset.
 pub(crate) struct Binary<'a, 'd> {
     segments: Vec<Segment>,
+    /// The binary's own image (its PLT is not in a separate debug file).
+    image: &'d [u8],
     /// What symbol-table addresses are relative to.
     load_address: u64,
     /// Where the symbol table comes from (read at the first lookup, while
@@ -73,7 +39,7 @@ impl<'a, 'd> Binary<'a, 'd> {
     /// Each object comes with its open file when its DWARF is still on disk.
     /// Without `want_dwarf`, only the symbol table is used.
     pub(crate) fn new(
-        binary: &[u8],
+        binary: &'d [u8],
         obj: (&'a ElfObject<'d>, Option<Arc<File>>),
         debug: Option<(&'a ElfObject<'d>, Option<Arc<File>>)>,
         want_dwarf: bool,
@@ -86,6 +52,7 @@ impl<'a, 'd> Binary<'a, 'd> {
         let symbol_source = if src.has_symbols() { src } else { own };
         Ok(Binary {
             segments,
+            image: binary,
             load_address: src.load_address(),
             symbol_source,
             dwarf: want_dwarf
@@ -120,6 +87,8 @@ impl<'a, 'd> Binary<'a, 'd> {
             .zip(dwarf)
             .zip(symbols)
             .map(|((&vaddr, frames), sym)| match frames {
+                // No DWARF describes a stub; its symbol is not a function's.
+                _ if sym.as_ref().is_some_and(RawName::is_stub) => sym.into_iter().collect(),
                 Some(mut f) => {
                     // DWARF without linkage names (Rust's line-tables-only
                     // debug info) names the outer function without its path;
@@ -137,8 +106,39 @@ impl<'a, 'd> Binary<'a, 'd> {
             .collect()
     }
 
-    /// The symbol-table functions covering `vaddrs`.
+    /// The symbol-table functions covering `vaddrs`, and the PLT stubs.
     fn symbols(&self, vaddrs: &[u64]) -> Vec<Option<RawName>> {
+        let stubs = Stubs::of(self.image, vaddrs);
+        // A local IFUNC's stub is named after the function at its resolver.
+        let mut asked = vaddrs.to_vec();
+        let stub_names: Vec<Option<&StubName>> = vaddrs
+            .iter()
+            .map(|&v| stubs.at(v).map(|s| &s.name))
+            .collect();
+        asked.extend(stub_names.iter().filter_map(|n| match n {
+            Some(StubName::Ifunc(resolver)) => Some(*resolver),
+            _ => None,
+        }));
+        let mut names = self.function_names(&asked).into_iter();
+        let mut out: Vec<Option<RawName>> = names.by_ref().take(vaddrs.len()).collect();
+        for (slot, stub) in out.iter_mut().zip(stub_names) {
+            let Some(stub) = stub else { continue };
+            let name = match stub {
+                StubName::Symbol(s) => format!("{s}{PLT_SUFFIX}"),
+                StubName::Ifunc(resolver) => match names.next().flatten() {
+                    Some(f) => format!("{}{PLT_SUFFIX}", f.name),
+                    None => format!("*ABS*+{resolver:#x}{PLT_SUFFIX}"),
+                },
+                StubName::Header => ".plt".to_string(),
+                StubName::Unnamed(offset) => format!("offset_{offset:#x}{PLT_SUFFIX}"),
+            };
+            *slot = Some(RawName::new(name, Language::Unknown));
+        }
+        out
+    }
+
+    /// The symbol-table functions covering `vaddrs`.
+    fn function_names(&self, vaddrs: &[u64]) -> Vec<Option<RawName>> {
         let src = self.symbol_source;
         // Below the load address nothing is covered; u64::MAX is never asked.
         let rels: Vec<u64> = vaddrs
@@ -175,24 +175,5 @@ mod tests {
         let out = bin.lookup_all(&[u64::MAX, 0]);
         assert_eq!(out.len(), 2);
         assert!(out[0].is_empty());
-    }
-
-    #[test]
-    fn a_path_qualifies_a_bare_name() {
-        let full = RawName::new("_ZN4core3fmt5write17h0123456789abcdefE", Language::Unknown);
-        assert!(full.qualifies(&RawName::new("write", Language::Rust)));
-        assert!(!full.qualifies(&RawName::new("rite", Language::Rust)));
-        assert!(!full.qualifies(&RawName::new("core::fmt::write", Language::Rust)));
-        let c = RawName::new("__GI_munmap", Language::Unknown);
-        assert!(!c.qualifies(&RawName::new("munmap", Language::C)));
-    }
-
-    #[test]
-    fn names_demangle_by_language() {
-        let r = RawName::new("_ZN4core3fmt5write17h0123456789abcdefE", Language::Rust);
-        assert_eq!(r.demangle(), "core::fmt::write");
-        let c = RawName::new("_Z3fooi", Language::Unknown);
-        assert_eq!(c.demangle(), "foo(int)");
-        assert_eq!(RawName::new("main", Language::C).demangle(), "main");
     }
 }

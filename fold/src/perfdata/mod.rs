@@ -8,13 +8,14 @@
 //! samples without a callchain (the sample IP alone). User addresses are resolved to
 //! (binary, file offset) through the process's MMAP/MMAP2 records (inherited
 //! on fork, replaced by overlapping mappings), with build ids from the file's
-//! build-id table. Kernel symbols come from [`kallsyms`] (this machine's).
+//! build-id table. Kernel symbols come from `flamerec_symbolize::kallsyms`
+//! (this machine's `/proc/kallsyms`, right when the recording was made on
+//! this machine and kernel: the importer warns when the release differs).
 //!
 //! Every sample counts 1, as `perf script | stackcollapse-perf` counts.
 
 mod check;
 mod importer;
-mod kallsyms;
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -26,8 +27,8 @@ use linux_perf_data::linux_perf_event_reader::{AttrFlags, SampleFormat, Sampling
 use linux_perf_data::{PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter};
 
 use crate::error::FoldError;
+use flamerec_symbolize::kallsyms::Kallsyms;
 use importer::Importer;
-pub(crate) use kallsyms::Kallsyms;
 
 /// The recording converted, and what the user should hear about it.
 pub(crate) struct Imported {
@@ -110,7 +111,8 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
         .any(|a| !a.attr.flags.contains(AttrFlags::EXCLUDE_KERNEL));
     // /proc/kallsyms takes a while to read: overlap it with the records.
     let (mut warnings, kallsyms) = std::thread::scope(|sc| {
-        let ksyms = wants_kernel.then(|| sc.spawn(|| Kallsyms::load(kallsyms_path)));
+        let ksyms = wants_kernel
+            .then(|| sc.spawn(|| Kallsyms::load_from(kallsyms_path).unwrap_or_default()));
         let warnings = read_records(&mut imp, &mut record_iter, &mut perf_file, path);
         let ksyms = ksyms.and_then(|h| h.join().ok()).unwrap_or_default();
         (warnings, ksyms)

@@ -244,7 +244,7 @@ fn second_fold_reads_the_cache_even_without_the_binary() {
     let bytes = recording(&p);
     let cached = opts(Vec::new(), Some(cache.clone()));
     assert_eq!(folded(&fold_bytes(&bytes, &cached)), INLINED);
-    let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("symbols-v2"))
+    let entries: Vec<PathBuf> = std::fs::read_dir(cache.join("symbols-v3"))
         .expect("cache dir")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();

@@ -1,13 +1,27 @@
-//! The kernel's symbol table from /proc/kallsyms: resolves kernel addresses
-//! to the symbols a recording embeds (or a live tool prints), and turns a
-//! set of names into address ranges (the recorder's trim set).
+//! The kernel's symbol table from `/proc/kallsyms`, the one parser of it:
+//! resolves kernel addresses to the symbols a recording embeds (or a live
+//! tool prints), turns a set of names into address ranges (the recorder's
+//! trim set), and gives `fold` the symbols covering a perf.data file's
+//! kernel addresses ([`Kallsyms::covering`]: perf.data carries none).
+//!
+//! Text symbols only (`t`, `T`, `w`, `W`) at non-zero addresses (zero
+//! everywhere: kptr_restrict hides them, and the table is empty). Names
+//! that are not UTF-8 are read lossily.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
 
 use flamerec_format::KernelSymbol;
 
 /// Largest size assumed for one kernel function.
 const MAX_SYMBOL_SIZE: u64 = 64 << 10;
+
+/// `/proc/kallsyms` is a few MiB; anything far bigger is not kallsyms.
+const MAX_BYTES: u64 = 256 << 20;
+
+/// Where the running kernel's table is.
+const PROC_KALLSYMS: &str = "/proc/kallsyms";
 
 /// Kernel text symbols sorted by address.
 #[derive(Debug, Default)]
@@ -20,11 +34,17 @@ pub struct Kallsyms {
 }
 
 impl Kallsyms {
-    /// Reads /proc/kallsyms. An unreadable or address-less table (kptr_restrict)
-    /// gives an empty one: kernel frames then fold as addresses.
+    /// Reads /proc/kallsyms. An address-less table (kptr_restrict) gives an
+    /// empty one: kernel frames then fold as addresses.
     pub fn load() -> io::Result<Self> {
-        let data = std::fs::read_to_string("/proc/kallsyms")?;
-        Ok(Self::parse(&data))
+        Self::load_from(Path::new(PROC_KALLSYMS))
+    }
+
+    /// Reads a kallsyms file (at most 256 MiB of it).
+    pub fn load_from(path: &Path) -> io::Result<Self> {
+        let mut bytes = Vec::new();
+        File::open(path)?.take(MAX_BYTES).read_to_end(&mut bytes)?;
+        Ok(Self::parse(&String::from_utf8_lossy(&bytes)))
     }
 
     /// Parses the text of /proc/kallsyms.
@@ -112,6 +132,32 @@ impl Kallsyms {
         }
     }
 
+    /// The symbols covering `addrs`, each once, as perf.data input gets
+    /// them: the first of the names at an address, sized up to the next
+    /// address that has a symbol (the last one: size 0, open-ended).
+    pub fn covering(&self, addrs: &[u64]) -> Vec<KernelSymbol> {
+        let mut firsts: Vec<usize> = addrs
+            .iter()
+            .filter_map(|&a| self.lookup(a))
+            .map(|i| self.starts.partition_point(|&s| s < self.starts[i]))
+            .collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        firsts
+            .into_iter()
+            .map(|i| {
+                let start = self.starts[i];
+                let next = self.starts[i..].iter().find(|&&s| s > start);
+                KernelSymbol {
+                    start,
+                    size: next.map_or(0, |n| n - start),
+                    name: self.name(i).to_string(),
+                    module: self.module_names[self.modules[i] as usize].clone(),
+                }
+            })
+            .collect()
+    }
+
     /// Address ranges of every symbol `wanted` accepts, sorted and merged.
     pub fn ranges(&self, wanted: impl Fn(&str) -> bool) -> AddressRanges {
         let mut r = Vec::new();
@@ -168,6 +214,44 @@ ffffffffc0000000 t xfs_read\t[xfs]\n";
         let m = k.symbol(k.lookup(0xffffffffc0000010).unwrap());
         assert_eq!((m.name.as_str(), m.module.as_str()), ("xfs_read", "xfs"));
         assert!(k.lookup(0x1000).is_none());
+    }
+
+    #[test]
+    fn covering_gives_each_symbol_once_with_the_first_alias() {
+        let text = "ffffffff81000000 T _text\n\
+                    ffffffff81000000 T _stext\n\
+                    ffffffff81000100 D some_data\n\
+                    ffffffff81000200 t helper\n\
+                    ffffffffc0001000 t ext4_read\t[ext4]\n\
+                    0000000000000000 T hidden\n\
+                    bogus\n";
+        let k = Kallsyms::parse(text);
+        let got = k.covering(&[
+            0xffff_ffff_8100_0150,
+            0xffff_ffff_8100_0010,
+            0xffff_ffff_c000_1004,
+            5,
+        ]);
+        let names: Vec<(&str, u64, &str)> = got
+            .iter()
+            .map(|s| (s.name.as_str(), s.size, s.module.as_str()))
+            .collect();
+        assert_eq!(names, vec![("_text", 0x200, ""), ("ext4_read", 0, "ext4")]);
+    }
+
+    #[test]
+    fn files_are_read_lossily_and_missing_ones_are_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kallsyms");
+        std::fs::write(
+            &path,
+            b"ffffffff81000000 T caf\xe9\nffffffff81000100 T next\n",
+        )
+        .expect("write");
+        let k = Kallsyms::load_from(&path).expect("read");
+        let got = k.covering(&[0xffff_ffff_8100_0001]);
+        assert_eq!(got[0].name, "caf\u{fffd}");
+        assert!(Kallsyms::load_from(&dir.path().join("none")).is_err());
     }
 
     #[test]

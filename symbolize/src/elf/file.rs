@@ -2,7 +2,6 @@
 //! was recorded (GNU build id) and maps recorded file offsets to ELF addresses
 //! through the `PT_LOAD` program headers. Symbols and DWARF are `symdata`'s.
 
-use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -17,26 +16,8 @@ use goblin::elf::Elf;
 use memmap2::MmapMut;
 use symbolic_debuginfo::elf::ElfObject;
 
-/// Why a module's file cannot be used for symbolization.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unusable {
-    /// Missing or unreadable.
-    Missing,
-    /// Not an ELF file (or one too broken to parse).
-    NotElf,
-    /// An ELF file, but not the one that was recorded.
-    BuildIdMismatch,
-}
-
-impl fmt::Display for Unusable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Unusable::Missing => "missing or unreadable",
-            Unusable::NotElf => "not an ELF file",
-            Unusable::BuildIdMismatch => "build id mismatch",
-        })
-    }
-}
+use super::plt::STUB_SECTIONS;
+use crate::types::Unusable;
 
 /// An ELF file read for symbolization.
 #[derive(Debug)]
@@ -187,9 +168,9 @@ fn zeroed(len: u64) -> Option<MmapMut> {
 }
 
 /// The program-data sections read up front: debug links (DWARF is read
-/// on demand from the file).
+/// on demand from the file) and the PLT's stubs (small; `plt` decodes them).
 fn wanted_progbits(name: &[u8]) -> bool {
-    name == b".gnu_debuglink" || name == b".gnu_debugaltlink"
+    name == b".gnu_debuglink" || name == b".gnu_debugaltlink" || STUB_SECTIONS.contains(&name)
 }
 
 /// The NUL-terminated name at `at` (empty when out of bounds).

@@ -5,10 +5,10 @@
 //! works after the binary was upgraded or deleted; new addresses are looked
 //! up in the binary (parsing only the DWARF units they need) and added.
 //!
-//! # Layout of `DIR/symbols-v2/<build id hex>.sym` (little-endian)
+//! # Layout of `DIR/symbols-v3/<build id hex>.sym` (little-endian)
 //!
 //! ```text
-//! magic     "FRSYMC\0\x02"                 8 bytes
+//! magic     "FRSYMC\0\x03"                 8 bytes
 //! crc       u32: CRC-32 of everything after this field
 //! flags     u32: bit 0 = names came with DWARF, bit 1 = DWARF not looked for
 //! build id  u32 length + bytes (must equal the key)
@@ -16,6 +16,9 @@
 //! entries   u32 count + count × (file offset u64, u32 n,
 //!                                n × (u32 string index, u32 language))
 //! ```
+//!
+//! (v3: PLT stubs are named `callee@plt`; v2 files named them after the
+//! symbol before `.plt` and are not read.)
 //!
 //! Files are written to a temporary file in the same directory and renamed
 //! into place, so readers never see half a file. A file that fails any check
@@ -28,11 +31,11 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use super::elf::hex;
-use super::symdata::RawName;
+use crate::elf::hex;
+use crate::types::RawName;
 
-const MAGIC: &[u8; 8] = b"FRSYMC\0\x02";
-const SUBDIR: &str = "symbols-v2";
+const MAGIC: &[u8; 8] = b"FRSYMC\0\x03";
+const SUBDIR: &str = "symbols-v3";
 const FLAG_DWARF: u32 = 1;
 const FLAG_DWARF_SKIPPED: u32 = 2;
 /// Cache files bigger than this are not read.

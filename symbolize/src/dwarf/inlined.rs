@@ -32,8 +32,8 @@ use gimli::{
 use rayon::prelude::*;
 use symbolic_common::Language;
 
-use super::sections::{Bytes, Reader, Sections};
-use super::symdata::RawName;
+use crate::elf::sections::{Bytes, Reader, Sections};
+use crate::types::RawName;
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 

@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::debugfile::build_id_path;
-use super::elf::read_elf_headers;
-use super::sections::{Reader, Sections};
+use crate::elf::debugfile::build_id_path;
+use crate::elf::read_elf_headers;
+use crate::elf::sections::{Reader, Sections};
 
 /// Debug files smaller than this are not worth a head start.
 const MIN_FILE: u64 = 1 << 20;

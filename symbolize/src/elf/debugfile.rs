@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use symbolic_debuginfo::elf::ElfObject;
 
-use super::elf::{build_id_matches, hex, read_elf, ElfFile};
+use super::file::{build_id_matches, hex, read_elf, ElfFile};
 
 /// Where distributions install debug files.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";

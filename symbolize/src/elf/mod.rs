@@ -1,0 +1,19 @@
+//! ELF binaries: reading one defensively ([`read_elf`]: only what naming
+//! needs, checked against the recorded build id), its symbol tables
+//! (`symtab`), its PLT stubs (`plt`), its sections (`sections`, DWARF
+//! inflated lazily) and the separate debug files that hold what it was
+//! stripped of (`debugfile`).
+//!
+//! Nothing here knows about frames, caches or spelling; `symdata` combines
+//! these pieces into lookups of one binary.
+
+pub(crate) mod debugfile;
+mod file;
+pub(crate) mod plt;
+pub(crate) mod sections;
+pub(crate) mod symtab;
+
+pub(crate) use file::{
+    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, read_elf_headers, unhex,
+    Segment,
+};

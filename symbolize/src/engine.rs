@@ -1,0 +1,430 @@
+//! The engine behind [`symbolize`](crate::symbolize) and
+//! [`embed`](crate::embed): groups frames by module, runs each module's
+//! resolver in parallel (biggest binaries first), and interns the
+//! module-local names into one function table. File modules are `files`';
+//! kernel, JIT and unnamed frames are resolved here.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use flamerec_format::{FrameId, ModuleId, ModuleKind, Tables};
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::cache::SymbolCache;
+use crate::dwarf::Prefetch;
+use crate::elf::debugfile;
+use crate::files;
+use crate::jit::JitMaps;
+use crate::kernel::{self, KernelTable};
+use crate::names::{basename, sanitize, unresolved};
+use crate::types::Unusable;
+use crate::{Embedded, Embedding, FuncId, Function, NameOptions, Symbols};
+
+/// What one module's symbolization produced, with module-local function ids.
+pub(crate) struct ModuleOutcome {
+    pub(crate) functions: Vec<Function>,
+    pub(crate) frames: Vec<(FrameId, Vec<u32>)>,
+    /// Why some frames could not be named from the binary, if so.
+    pub(crate) unusable: Option<Unusable>,
+    /// How many frames that left unnamed.
+    pub(crate) bad_frames: usize,
+}
+
+/// Symbolizes `used` (distinct frame ids) against `tables`, taking the names
+/// of frames in `embedded` from there instead of from the binaries.
+pub fn symbolize(
+    tables: &Tables,
+    used: &[FrameId],
+    opts: &NameOptions,
+    prefetch: &Prefetch,
+    embedded: Option<&Embedded>,
+) -> Symbols {
+    let (outcomes, cache_error) = per_module(tables, used, opts, prefetch, embedded, |m, f, c| {
+        symbolize_module(tables, m, f, c)
+    });
+    let mut out = merge(tables, outcomes);
+    if let Some(e) = cache_error {
+        out.warnings.push(e);
+    }
+    out
+}
+
+/// Looks up the names of the `used` frames of file modules for embedding
+/// in a recording (always with inlined frames: `opts.inline` is ignored).
+pub fn embed(tables: &Tables, used: &[FrameId], opts: &NameOptions) -> Embedding {
+    let opts = NameOptions {
+        inline: true,
+        ..opts.clone()
+    };
+    let file_frames: Vec<FrameId> = used
+        .iter()
+        .copied()
+        .filter(|&id| {
+            tables
+                .frames
+                .get(id as usize)
+                .and_then(|f| tables.modules.get(f.module as usize))
+                .is_some_and(|m| m.kind == ModuleKind::File)
+        })
+        .collect();
+    let prefetch = Prefetch::default();
+    let (outcomes, cache_error) = per_module(
+        tables,
+        &file_frames,
+        &opts,
+        &prefetch,
+        None,
+        |m, frames, ctx| {
+            let module = tables.modules.get(m as usize)?;
+            Some((frames.len(), files::embed_frames(module, frames, ctx)))
+        },
+    );
+    let mut out = Embedding::default();
+    for (n, names) in outcomes.into_iter().flatten() {
+        match names {
+            Some(names) => out.names.extend(names),
+            None => {
+                out.unusable_modules += 1;
+                out.unusable_frames += n;
+            }
+        }
+    }
+    out.warnings.extend(cache_error);
+    out
+}
+
+/// Runs `each` on every module's sorted frames, in parallel (biggest
+/// binaries first), and returns the results in module order with the first
+/// symbol cache error, if any.
+fn per_module<T: Send>(
+    tables: &Tables,
+    used: &[FrameId],
+    opts: &NameOptions,
+    prefetch: &Prefetch,
+    embedded: Option<&Embedded>,
+    each: impl Fn(ModuleId, &[(FrameId, u64)], &Context<'_>) -> T + Sync,
+) -> (Vec<T>, Option<String>) {
+    let mut by_module: FxHashMap<ModuleId, Vec<(FrameId, u64)>> = FxHashMap::default();
+    for &id in used {
+        if let Some(f) = tables.frames.get(id as usize) {
+            by_module.entry(f.module).or_default().push((id, f.address));
+        }
+    }
+    let mut groups: Vec<(ModuleId, Vec<(FrameId, u64)>)> = by_module.into_iter().collect();
+    groups.sort_unstable_by_key(|(m, _)| *m);
+    for (_, frames) in &mut groups {
+        frames.sort_unstable_by_key(|&(id, addr)| (addr, id));
+    }
+
+    let ctx = Context {
+        ktable: KernelTable::new(&tables.kernel_symbols),
+        jit: match &opts.perf_map_dir {
+            Some(dir) if has_anonymous(tables, &groups) => JitMaps::load(dir, &opts.pids),
+            _ => JitMaps::default(),
+        },
+        cache: opts.cache_dir.clone().map(SymbolCache::new),
+        cache_error: Mutex::new(None),
+        opts,
+        prefetch,
+        embedded: embedded.map(|e| by_frame(e, tables.frames.len())),
+    };
+    // Biggest binaries first, each worker taking the next one when done: a
+    // huge debug file started last would otherwise be the whole wait.
+    let mut order: Vec<(u64, usize)> = groups
+        .par_iter()
+        .enumerate()
+        .map(|(i, (m, frames))| {
+            // A module the recording names entirely reads no file.
+            let named = ctx.embedded.as_ref().is_some_and(|e| {
+                frames
+                    .iter()
+                    .all(|&(id, _)| e.get(id as usize).is_some_and(Option::is_some))
+            });
+            let cost = if named {
+                0
+            } else {
+                estimated_cost(tables, *m, &opts.debug_dirs)
+            };
+            (cost, i)
+        })
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, T)> = (0..rayon::current_num_threads())
+        .into_par_iter()
+        .flat_map_iter(|_| {
+            let mut mine = Vec::new();
+            while let Some(&(_, i)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                if let Some((module, frames)) = groups.get(i) {
+                    mine.push((i, each(*module, frames, &ctx)));
+                }
+            }
+            mine
+        })
+        .collect();
+    done.sort_unstable_by_key(|(i, _)| *i);
+    let outcomes = done.into_iter().map(|(_, o)| o).collect();
+    (outcomes, ctx.cache_error.into_inner().ok().flatten())
+}
+
+/// What every module's symbolization shares.
+pub(crate) struct Context<'t> {
+    pub(crate) ktable: KernelTable<'t>,
+    pub(crate) jit: JitMaps,
+    pub(crate) cache: Option<SymbolCache>,
+    /// The first failure to write the cache (one warning is enough).
+    pub(crate) cache_error: Mutex<Option<String>>,
+    pub(crate) opts: &'t NameOptions,
+    /// Debug info inflated ahead.
+    pub(crate) prefetch: &'t Prefetch,
+    /// Names the recording embeds, used before any binary is read; by
+    /// frame id (a frame without names: `None`).
+    pub(crate) embedded: Option<Vec<Option<&'t [Arc<str>]>>>,
+}
+
+/// The embedded names as a table indexed by frame id: one pass over the
+/// map, where every lookup in it would hash.
+fn by_frame(embedded: &Embedded, frames: usize) -> Vec<Option<&[Arc<str>]>> {
+    let mut out = vec![None; frames];
+    for (&frame, names) in embedded {
+        if let Some(slot) = out.get_mut(frame as usize) {
+            *slot = Some(names.as_slice());
+        }
+    }
+    out
+}
+
+/// Bytes a module's symbolization may read: its file and build-id debug file.
+fn estimated_cost(tables: &Tables, module: ModuleId, debug_dirs: &[PathBuf]) -> u64 {
+    let Some(m) = tables.modules.get(module as usize) else {
+        return 0;
+    };
+    if m.kind != ModuleKind::File {
+        return 0;
+    }
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |md| md.len());
+    let debug: u64 = debug_dirs
+        .iter()
+        .filter_map(|d| debugfile::build_id_path(d, &m.build_id))
+        .map(|p| size(&p))
+        .sum();
+    size(std::path::Path::new(&m.path)).saturating_add(debug)
+}
+
+fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) -> bool {
+    groups.iter().any(|(m, _)| {
+        tables
+            .modules
+            .get(*m as usize)
+            .is_some_and(|m| m.kind == ModuleKind::Anonymous)
+    })
+}
+
+/// Interns module-local results into one function table and writes the
+/// one-line warning about unusable binaries.
+fn merge(tables: &Tables, outcomes: Vec<ModuleOutcome>) -> Symbols {
+    let mut out = Symbols {
+        frames: vec![Vec::new(); tables.frames.len()],
+        ..Default::default()
+    };
+    let all: usize = outcomes.iter().map(|o| o.functions.len()).sum();
+    let mut ids: FxHashMap<Function, FuncId> =
+        FxHashMap::with_capacity_and_hasher(all, Default::default());
+    let (mut bad_modules, mut mismatched, mut bad_frames) = (0usize, 0usize, 0usize);
+    for outcome in outcomes {
+        if let Some(why) = outcome.unusable {
+            bad_modules += 1;
+            bad_frames += outcome.bad_frames;
+            if why == Unusable::BuildIdMismatch {
+                mismatched += 1;
+            }
+        }
+        let global: Vec<FuncId> = outcome
+            .functions
+            .into_iter()
+            .map(|f| {
+                let next = ids.len() as FuncId;
+                *ids.entry(f).or_insert(next)
+            })
+            .collect();
+        for (frame, mut locals) in outcome.frames {
+            if let Some(slot) = out.frames.get_mut(frame as usize) {
+                // Module-local ids become global ones in place.
+                locals.retain_mut(|l| match global.get(*l as usize) {
+                    Some(&g) => {
+                        *l = g;
+                        true
+                    }
+                    None => false,
+                });
+                *slot = locals;
+            }
+        }
+    }
+    // Ids were handed out in order: each key goes to its place, uncloned.
+    let mut functions: Vec<Option<Function>> = vec![None; ids.len()];
+    for (f, id) in ids {
+        if let Some(slot) = functions.get_mut(id as usize) {
+            *slot = Some(f);
+        }
+    }
+    out.functions = functions.into_iter().flatten().collect();
+    if bad_modules > 0 {
+        let s = if bad_modules == 1 { "y" } else { "ies" };
+        out.warnings.push(format!(
+            "{bad_modules} binar{s} missing, unreadable or changed since recording \
+             ({mismatched} with a build id mismatch); {bad_frames} frames shown as module+0xOFFSET"
+        ));
+    }
+    out
+}
+
+fn symbolize_module(
+    tables: &Tables,
+    module: ModuleId,
+    frames: &[(FrameId, u64)],
+    ctx: &Context<'_>,
+) -> ModuleOutcome {
+    let Some(m) = tables.modules.get(module as usize) else {
+        return ModuleOutcome {
+            functions: Vec::new(),
+            frames: Vec::new(),
+            unusable: None,
+            bad_frames: 0,
+        };
+    };
+    let base = basename(&m.path);
+    match m.kind {
+        ModuleKind::File => files::file_frames(m, base, frames, ctx),
+        ModuleKind::Kernel => kernel_frames(&ctx.ktable, base, frames, ctx.opts),
+        ModuleKind::Anonymous if !ctx.jit.is_empty() => jit_frames(&ctx.jit, base, frames),
+        // The vDSO image is not on disk.
+        _ => unresolved_frames(base, frames, None),
+    }
+}
+
+/// Collects names so each distinct one gets one module-local id.
+#[derive(Default)]
+pub(crate) struct LocalNames {
+    pub(crate) functions: Vec<Function>,
+    ids: FxHashMap<String, u32>,
+}
+
+impl LocalNames {
+    /// The id of `name` (already spelled for folded text), copied only
+    /// the first time it is seen.
+    pub(crate) fn id(&mut self, name: &str, module: &str) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.functions.len() as u32;
+        self.functions.push(Function {
+            name: name.to_string(),
+            module: module.to_string(),
+        });
+        self.ids.insert(name.to_string(), id);
+        id
+    }
+}
+
+fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
+    let mut names = LocalNames::default();
+    let out = frames
+        .iter()
+        .map(|&(frame, addr)| {
+            let name = match jit.lookup(addr) {
+                Some(n) => sanitize(n),
+                None => sanitize(&unresolved(base, addr)),
+            };
+            (frame, vec![names.id(&name, base)])
+        })
+        .collect();
+    ModuleOutcome {
+        functions: names.functions,
+        frames: out,
+        unusable: None,
+        bad_frames: 0,
+    }
+}
+
+fn kernel_frames(
+    ktable: &KernelTable<'_>,
+    base: &str,
+    frames: &[(FrameId, u64)],
+    opts: &NameOptions,
+) -> ModuleOutcome {
+    let mut functions: Vec<Function> = Vec::new();
+    let mut ids: FxHashMap<(String, String), u32> = FxHashMap::default();
+    // Many frames fall in one symbol: each symbol is spelled once.
+    let mut by_symbol: FxHashMap<*const flamerec_format::KernelSymbol, u32> = FxHashMap::default();
+    let mut out = Vec::with_capacity(frames.len());
+    for &(frame, addr) in frames {
+        let sym = ktable.lookup(addr);
+        if let Some(&id) = sym.and_then(|s| by_symbol.get(&std::ptr::from_ref(s))) {
+            out.push((frame, vec![id]));
+            continue;
+        }
+        let (name, module) = match sym {
+            Some(sym) => (sanitize(&sym.name), kernel::module_name(sym)),
+            None => (sanitize(&unresolved(base, addr)), base.to_string()),
+        };
+        let name = suffixed(name, opts);
+        let id = *ids.entry((name, module)).or_insert_with_key(|(n, m)| {
+            functions.push(Function {
+                name: n.clone(),
+                module: m.clone(),
+            });
+            (functions.len() - 1) as u32
+        });
+        if let Some(sym) = sym {
+            by_symbol.insert(std::ptr::from_ref(sym), id);
+        }
+        out.push((frame, vec![id]));
+    }
+    ModuleOutcome {
+        functions,
+        frames: out,
+        unusable: None,
+        bad_frames: 0,
+    }
+}
+
+fn unresolved_frames(
+    base: &str,
+    frames: &[(FrameId, u64)],
+    unusable: Option<Unusable>,
+) -> ModuleOutcome {
+    // Frames come sorted by address, and each address has its own name:
+    // no map is needed to give each name one id (`merge` unites names
+    // that still coincide).
+    let mut functions: Vec<Function> = Vec::new();
+    let mut last = None;
+    let out = frames
+        .iter()
+        .map(|&(frame, addr)| {
+            if last != Some(addr) || functions.is_empty() {
+                last = Some(addr);
+                functions.push(Function {
+                    name: sanitize(&unresolved(base, addr)),
+                    module: base.to_string(),
+                });
+            }
+            (frame, vec![(functions.len() - 1) as u32])
+        })
+        .collect();
+    ModuleOutcome {
+        functions,
+        frames: out,
+        bad_frames: if unusable.is_some() { frames.len() } else { 0 },
+        unusable,
+    }
+}
+
+fn suffixed(mut name: String, opts: &NameOptions) -> String {
+    if opts.kernel_suffix {
+        name.push_str("_[k]");
+    }
+    name
+}
