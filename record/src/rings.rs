@@ -11,8 +11,13 @@ use crate::sys;
 /// Data pages per CPU ring for `dwarf` or fp mode, and the smallest that
 /// holds a few whole samples.
 pub(crate) fn wanted_pages(dwarf: bool, stack_size: u32, asked: Option<usize>) -> (usize, usize) {
-    // Dwarf samples carry a stack copy each: room for ~100 ms of them.
-    let default = if dwarf { 1024 } else { 128 };
+    // Dwarf samples carry a stack copy each: 4 MiB per 16 KiB of copy, room
+    // for ≈ 250 ms of samples at 999 Hz whatever the copy's size.
+    let default = if dwarf {
+        1024 * (stack_size as usize).div_ceil(16384).max(1)
+    } else {
+        128
+    };
     let min = if dwarf {
         (4 * (stack_size as usize + 2048)).div_ceil(sys::page_size())
     } else {
@@ -22,6 +27,33 @@ pub(crate) fn wanted_pages(dwarf: bool, stack_size: u32, asked: Option<usize>) -
         asked.unwrap_or(default).max(min).next_power_of_two(),
         default,
     )
+}
+
+/// The stack copy and ring pages per CPU to record with: what `wanted_pages`
+/// and `fit_pages` give, except that the default copy
+/// ([`crate::DEFAULT_STACK_SIZE`]) drops to 16 KiB when the locked-memory
+/// budget of an unprivileged user cuts the rings below their default — a
+/// ring of that budget holds four times more 16 KiB samples, and losing
+/// samples is worse than cutting a few deep stacks. Not a warning of its
+/// own (every unprivileged recording would print it): DESIGN.md says so,
+/// and the warning about cut stacks, when there are many, points to
+/// `--stack-size`.
+pub(crate) fn fit(
+    dwarf: bool,
+    stack_size: u32,
+    asked: Option<usize>,
+    cpus: usize,
+) -> (u32, usize, Option<String>) {
+    /// The copy unprivileged recordings fall back to.
+    const SMALL: u32 = 16384;
+    let (wanted, default) = wanted_pages(dwarf, stack_size, asked);
+    let (pages, warning) = fit_pages(wanted, default, cpus);
+    if !dwarf || stack_size != crate::DEFAULT_STACK_SIZE || pages >= default {
+        return (stack_size, pages, warning);
+    }
+    let (wanted, default) = wanted_pages(dwarf, SMALL, asked);
+    let (pages, warning) = fit_pages(wanted, default, cpus);
+    (SMALL, pages, warning)
 }
 
 /// `pages` per CPU, halved until `cpus` rings fit the locked-memory budget
@@ -108,6 +140,8 @@ mod tests {
     fn dwarf_rings_hold_a_few_samples_whatever_is_asked() {
         let (pages, default) = wanted_pages(true, 16384, Some(2));
         assert_eq!(default, 1024);
+        // The default copy gets rings four times larger.
+        assert_eq!(wanted_pages(true, crate::DEFAULT_STACK_SIZE, None).1, 4096);
         assert!(pages * sys::page_size() >= 4 * 16384);
         assert!(pages.is_power_of_two());
         assert_eq!(wanted_pages(false, 16384, None), (128, 128));

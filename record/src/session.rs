@@ -122,8 +122,9 @@ pub fn record(
     if dwarf {
         sample_type |= sys::sample::REGS_USER | sys::sample::STACK_USER;
     }
-    let (wanted, default_pages) = rings::wanted_pages(dwarf, opts.stack_size, opts.mmap_pages);
-    let (pages, ring_warning) = rings::fit_pages(wanted, default_pages, crate::online_cpus().len());
+    let cpus = crate::online_cpus().len();
+    let (stack_size, pages, ring_warning) =
+        rings::fit(dwarf, opts.stack_size, opts.mmap_pages, cpus);
     let mut cfg = EventConfig {
         counter,
         frequency: if off_cpu { 0 } else { opts.frequency },
@@ -137,13 +138,13 @@ pub fn record(
         max_stack: 0,
         wakeup_bytes: rings::wakeup_bytes(
             pages,
-            dwarf.then_some(opts.stack_size),
+            dwarf.then_some(stack_size),
             if off_cpu { 0 } else { opts.frequency },
         ),
         wakeup_events: 0,
         exclude_callchain_user: dwarf,
         sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
-        sample_stack_user: if dwarf { opts.stack_size & !7 } else { 0 },
+        sample_stack_user: if dwarf { stack_size & !7 } else { 0 },
     };
     let mut warnings: Vec<String> = ring_warning.into_iter().collect();
     // Every (task, CPU) pair to open: the command, each thread of the
