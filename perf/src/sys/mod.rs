@@ -7,7 +7,7 @@
 mod remote;
 mod ring;
 
-pub use remote::{read_remote, read_remote_words};
+pub use remote::{read_remote, read_remote_append, read_remote_words};
 pub use ring::RingBuffer;
 
 use std::io;

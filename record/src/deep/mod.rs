@@ -132,6 +132,9 @@ struct Thread {
     low: Option<u64>,
 }
 
+/// Snapshot buffers kept for reuse: each up to 16 MiB.
+const MAX_SPARE: usize = 4;
+
 /// Live stacks of the recorded threads.
 #[derive(Default)]
 pub(crate) struct LiveStacks {
@@ -142,6 +145,8 @@ pub(crate) struct LiveStacks {
     /// Processes whose memory could not be read.
     pub(crate) denied_pids: HashSet<u32>,
     pub(crate) stats: LiveStats,
+    /// Buffers of replaced snapshots, reused by the next reads.
+    spare: Vec<Vec<u8>>,
 }
 
 /// What a sample's unwinding decided about memory past its copy.
@@ -339,7 +344,8 @@ impl LiveStacks {
             let Some(low) = low else { continue };
             let read = match self.maps.holding(pid, low, round) {
                 Some((start, top)) => {
-                    Snapshot::read(tid, low.saturating_sub(DEEPER_MARGIN).max(start), top)
+                    let buf = self.spare.pop().unwrap_or_default();
+                    Snapshot::read(tid, low.saturating_sub(DEEPER_MARGIN).max(start), top, buf)
                 }
                 None => Err(std::io::Error::from_raw_os_error(libc::ESRCH)),
             };
@@ -349,7 +355,10 @@ impl LiveStacks {
             match read {
                 Ok(mut fresh) => {
                     if let Some(old) = t.snap.take() {
-                        fresh.inherit(old);
+                        let buf = fresh.inherit(old);
+                        if self.spare.len() < MAX_SPARE {
+                            self.spare.push(buf);
+                        }
                     }
                     t.snap = Some(fresh);
                 }
@@ -450,17 +459,19 @@ impl Evidence<'_, '_> {
         // A thread blocked with its stack pointer below B: read it now.
         if let Some((sp, pc)) = blocked_at(s.pid, s.tid).filter(|&(sp, _)| sp <= b) {
             let round = self.live.round;
-            let read = self
-                .live
-                .maps
-                .holding(s.pid, b, round)
-                .map(|(_, top)| Snapshot::read(s.tid, b, top));
+            let read = self.live.maps.holding(s.pid, b, round).map(|(_, top)| {
+                let buf = self.live.spare.pop().unwrap_or_default();
+                Snapshot::read(s.tid, b, top, buf)
+            });
             match read {
                 Some(Ok(mut fresh)) => {
                     let still = blocked_at(s.pid, s.tid) == Some((sp, pc));
                     let t = self.live.threads.entry(s.tid).or_default();
                     if let Some(old) = t.snap.take() {
-                        fresh.inherit(old);
+                        let buf = fresh.inherit(old);
+                        if self.live.spare.len() < MAX_SPARE {
+                            self.live.spare.push(buf);
+                        }
                     }
                     t.snap = Some(fresh);
                     if still && self.snapshot_holds(b, copied) {

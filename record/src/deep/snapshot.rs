@@ -38,12 +38,13 @@ impl Snapshot {
         self.bytes.get(a..b)
     }
 
-    /// Reads `tid`'s stack from `low` (page-aligned down) to `top`.
-    pub(super) fn read(tid: u32, low: u64, top: u64) -> io::Result<Snapshot> {
+    /// Reads `tid`'s stack from `low` (page-aligned down) to `top` into
+    /// `buf` (a buffer of an earlier snapshot, reused).
+    pub(super) fn read(tid: u32, low: u64, top: u64, buf: Vec<u8>) -> io::Result<Snapshot> {
         let low = low & !4095;
         let top = top.min(low.saturating_add(MAX_SNAPSHOT));
         let read_from = sys::monotonic_ns();
-        let bytes = read_range(tid, low, top)?;
+        let bytes = read_range(tid, low, top, buf)?;
         Ok(Snapshot {
             read_from,
             read_until: sys::monotonic_ns(),
@@ -55,14 +56,15 @@ impl Snapshot {
 
     /// Takes over the memo entries of `old` still valid here: those whose
     /// stack pointer lies above every byte that differs between the two.
-    pub(super) fn inherit(&mut self, old: Snapshot) {
+    /// Returns `old`'s buffer for the next read.
+    pub(super) fn inherit(&mut self, old: Snapshot) -> Vec<u8> {
         if old.end() != self.end() {
-            return;
+            return old.bytes;
         }
         let start = old.base.max(self.base);
         let (Some(a), Some(b)) = (old.slice(start, old.end()), self.slice(start, self.end()))
         else {
-            return;
+            return old.bytes;
         };
         // The highest differing byte, scanning down from the top.
         let differs_below = a
@@ -73,25 +75,24 @@ impl Snapshot {
         let mut memo = old.memo;
         memo.retain(|state, _| state.sp >= differs_below);
         self.memo = memo;
+        old.bytes
     }
 }
 
-/// Reads `tid`'s memory from `start` to `end`, stopping early at memory
-/// that is not mapped.
-fn read_range(tid: u32, start: u64, end: u64) -> io::Result<Vec<u8>> {
+/// Reads `tid`'s memory from `start` to `end` into `out` (cleared first),
+/// stopping early at memory that is not mapped.
+fn read_range(tid: u32, start: u64, end: u64, mut out: Vec<u8>) -> io::Result<Vec<u8>> {
     let len = usize::try_from(end.saturating_sub(start)).unwrap_or(0);
-    let mut out = vec![0u8; len];
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(PIECE);
-        match sys::read_remote(tid, start + done as u64, &mut out[done..done + n]) {
+    out.clear();
+    while out.len() < len {
+        let n = (len - out.len()).min(PIECE);
+        match sys::read_remote_append(tid, start + out.len() as u64, &mut out, n) {
             Ok(0) => break,
-            Ok(k) => done += k,
-            Err(e) if done == 0 => return Err(e),
+            Ok(_) => {}
+            Err(e) if out.is_empty() => return Err(e),
             Err(_) => break,
         }
     }
-    out.truncate(done);
     Ok(out)
 }
 
@@ -213,9 +214,13 @@ mod tests {
         let (_, top) = maps
             .holding(me, addr, 1)
             .expect("a mapping holds the stack");
-        let s = Snapshot::read(me, addr, top).expect("own memory");
+        let s = Snapshot::read(me, addr, top, Vec::new()).expect("own memory");
         assert_eq!(s.slice(addr, addr + 64), Some(&live_value[..]));
         assert!(s.read_from <= s.read_until);
+        // A reused buffer, longer and full of other bytes, reads the same.
+        let again = Snapshot::read(me, addr, top, vec![0xee; 1 << 20]).expect("own memory");
+        assert_eq!(again.slice(addr, addr + 64), Some(&live_value[..]));
+        assert_eq!(again.bytes.len(), s.bytes.len());
     }
 
     fn own_tid() -> u32 {
