@@ -64,9 +64,10 @@ pub fn record(
 
     // The kernel symbol table takes tens of milliseconds to read: load it
     // while the command starts.
-    let kallsyms_loader = opts
-        .kernel
-        .then(|| std::thread::spawn(|| Kallsyms::load().unwrap_or_default()));
+    let kallsyms_loader = opts.kernel.then(|| {
+        let cache = opts.embed_names.as_ref().and_then(|e| e.cache_dir.clone());
+        std::thread::spawn(move || Kallsyms::load_cached(cache.as_deref()).unwrap_or_default())
+    });
 
     let file = File::create(&opts.output).map_err(|e| RecordError::Output {
         path: opts.output.clone(),
