@@ -102,14 +102,7 @@ pub fn merge_profiles(mut profiles: Vec<(String, Profile)>) -> Result<Profile, F
             },
         )
         .collect();
-    // The profile's order: total weight descending, then self, name, module.
-    functions.sort_by(|a, b| {
-        b.total_weight
-            .cmp(&a.total_weight)
-            .then(b.self_weight.cmp(&a.self_weight))
-            .then_with(|| a.name.cmp(&b.name))
-            .then_with(|| a.module.cmp(&b.module))
-    });
+    functions.sort_by(FunctionStats::order);
     out.functions = functions;
     out.processes
         .sort_by(|a, b| b.weight.cmp(&a.weight).then(a.pid.cmp(&b.pid)));

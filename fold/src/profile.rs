@@ -79,6 +79,18 @@ pub struct FunctionStats {
     pub total_weight: u64,
 }
 
+impl FunctionStats {
+    /// The order of [`Profile::functions`]: total weight descending, then
+    /// self weight descending, name, module.
+    pub fn order(a: &FunctionStats, b: &FunctionStats) -> std::cmp::Ordering {
+        b.total_weight
+            .cmp(&a.total_weight)
+            .then(b.self_weight.cmp(&a.self_weight))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.module.cmp(&b.module))
+    }
+}
+
 /// Symbolizes what `agg` references and assembles the profile (without the
 /// recording-level fields, which the caller fills in).
 pub(crate) fn build(
@@ -133,13 +145,7 @@ pub(crate) fn build(
             total_weight: t,
         })
         .collect();
-    functions.sort_unstable_by(|a, b| {
-        b.total_weight
-            .cmp(&a.total_weight)
-            .then(b.self_weight.cmp(&a.self_weight))
-            .then_with(|| a.name.cmp(&b.name))
-            .then_with(|| a.module.cmp(&b.module))
-    });
+    functions.sort_unstable_by(FunctionStats::order);
 
     let mut processes: Vec<ProcessStats> = agg
         .processes

@@ -37,15 +37,8 @@ impl ViewData {
     /// Reads `base` (and `new`, for a diff from `base` to `new`).
     /// Each is a `.frec` recording or folded text.
     pub fn load(base: &Path, new: Option<&Path>) -> Result<ViewData, ViewerError> {
-        let first = input::read(base)?;
-        let second = new.map(input::read).transpose()?;
-        let title = match new {
-            Some(n) => format!("{} → {}", file_name(base), file_name(n)),
-            None => file_name(base),
-        };
-        let mut sides = vec![&first];
-        sides.extend(second.as_ref());
-        Self::encode(&title, &sides)
+        let new = new.map(|n| [n]);
+        Self::load_runs(&[base], new.as_ref().map(|n| &n[..]))
     }
 
     /// Like [`ViewData::load`] with several runs per side, each side's runs
