@@ -372,7 +372,7 @@ fn the_gate_knows_time_runs_and_noise() {
     let [base, same, beta, all] = [&pools[0], &pools[1], &pools[2], &pools[3]];
 
     // A/A: identical builds do not trip.
-    let (o, v) = gate(dir.path(), &base, &same, &README_GATE);
+    let (o, v) = gate(dir.path(), base, same, &README_GATE);
     assert!(o.status.success(), "A/A tripped: {}", stderr(&o));
     assert_eq!(
         (v["base_runs"].as_u64(), v["new_runs"].as_u64()),
@@ -398,7 +398,7 @@ fn the_gate_knows_time_runs_and_noise() {
     // One function 10% slower: caught (by its time, or by its share when
     // the machine's spread between runs widened the time interval: both are
     // the gate's to use), and named first.
-    let (o, v) = gate(dir.path(), &base, &beta, &README_GATE);
+    let (o, v) = gate(dir.path(), base, beta, &README_GATE);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("cpu_mix_beta ("), "{err}");
@@ -433,7 +433,7 @@ fn the_gate_knows_time_runs_and_noise() {
     assert!(md.contains("### Resolution"), "{md}");
 
     // Every function 30% slower: shares stay, time trips.
-    let (o, v) = gate(dir.path(), &base, &all, &README_GATE);
+    let (o, v) = gate(dir.path(), base, all, &README_GATE);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("with the same samples (time +"), "{err}");
@@ -444,7 +444,7 @@ fn the_gate_knows_time_runs_and_noise() {
         assert!(pct(&f["total_delta_pct"]).abs() < 3.0, "{f}");
     }
     // By shares alone (the old gate) it passes: shares did not move.
-    let (o, _) = gate(dir.path(), &base, &all, &["--fail-above", "1"]);
+    let (o, _) = gate(dir.path(), base, all, &["--fail-above", "1"]);
     assert!(o.status.success(), "{}", stderr(&o));
 
     // The bug this gate was built for: one run a side, a 30% uniform
