@@ -70,6 +70,21 @@ pub struct Totals {
     /// CPU (every core busy) rather than because a ring was too small.
     #[serde(default)]
     pub lost_starved: u64,
+    /// `-g fp,defer`: samples joined with the user part the kernel walked
+    /// when their thread returned to user space (format 2.1; absent before).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_stitched: u64,
+    /// `-g fp,defer`: samples whose user part never came (the thread exited,
+    /// or recording stopped, first); they hold their kernel frames only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_unmatched_samples: u64,
+    /// `-g fp,defer`: user parts whose samples never came (lost).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_orphan_records: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What kind of code a module holds.

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flamerec_format::{Metadata, Totals, Writer};
 
+use crate::defer::Deferred;
+use crate::depth::MaxStack;
 use crate::launch::{c_strings, find_program};
 use crate::proc_fs;
 use crate::rings::{self, read_trimmed};
@@ -38,6 +40,27 @@ pub fn record(
         )));
     }
     let off_cpu = opts.event == EventKind::OffCpu;
+    let mut warnings: Vec<String> = Vec::new();
+    // Deferred callchains where asked for and the kernel offers them.
+    let defer = opts.call_graph == CallGraph::FpDefer
+        && match (off_cpu, defer_probe()) {
+            (true, _) => {
+                warnings.push("-g fp,defer is not used with -e off-cpu (its samples are weighed when the thread runs again, before a deferred user part would come): recording with -g fp".into());
+                false
+            }
+            (false, Ok(())) => true,
+            (false, Err(e)) => {
+                warnings.push(format!(
+                    "this kernel (Linux {}) does not offer deferred user callchains (perf_event_open refused defer_callchain: {e}); recording with -g fp",
+                    read_trimmed("/proc/sys/kernel/osrelease")
+                ));
+                false
+            }
+        };
+    let call_graph = match opts.call_graph {
+        CallGraph::FpDefer if !defer => CallGraph::Fp,
+        g => g,
+    };
     let counter = match opts.event {
         EventKind::CpuClock => Counter::CpuClock,
         EventKind::TaskClock => Counter::TaskClock,
@@ -91,7 +114,7 @@ pub fn record(
             .map_or(0, |d| d.as_nanos() as u64),
         event: opts.event.name().into(),
         frequency_hz: if off_cpu { 0 } else { opts.frequency },
-        call_graph: opts.call_graph.name().into(),
+        call_graph: call_graph.name().into(),
         weight_unit: if off_cpu { "ns" } else { "samples" }.into(),
         flamerec_version: env!("CARGO_PKG_VERSION").into(),
         embeds_names: opts.embed_names.is_some(),
@@ -122,6 +145,8 @@ pub fn record(
     }
     let (wanted, default_pages) = rings::wanted_pages(dwarf, opts.stack_size, opts.mmap_pages);
     let (pages, ring_warning) = rings::fit_pages(wanted, default_pages, crate::online_cpus().len());
+    // Frame-pointer chains are as deep as the kernel lets them be.
+    let mut max_stack = (!dwarf).then(|| MaxStack::raise(sys::is_root()));
     let mut cfg = EventConfig {
         counter,
         frequency: if off_cpu { 0 } else { opts.frequency },
@@ -132,14 +157,16 @@ pub fn record(
         inherit: !matches!(opts.target, Target::System),
         enable_on_exec: child.is_some(),
         side_band: true,
-        max_stack: 0,
+        max_stack: max_stack.as_ref().map_or(0, |m| m.value),
         wakeup_bytes: rings::wakeup_bytes(pages, dwarf.then_some(opts.stack_size)),
         wakeup_events: 0,
         exclude_callchain_user: dwarf,
         sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
         sample_stack_user: if dwarf { opts.stack_size & !7 } else { 0 },
+        defer_user: defer,
     };
-    let mut warnings: Vec<String> = ring_warning.into_iter().collect();
+    warnings.extend(ring_warning);
+    warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
     // Every (task, CPU) pair to open: the command, each thread of the
     // attached processes, or every task (-1) on each CPU.
     let tasks: Vec<i32> = match (&opts.target, &child) {
@@ -219,6 +246,11 @@ pub fn record(
     let layout = (sample_type, cfg.sample_regs_user);
     let mut st = State::new(writer, opts, start_mono, layout, !cfg.exclude_kernel);
     st.warnings.append(&mut warnings);
+    st.fp_cap = max_stack
+        .as_ref()
+        .filter(|m| m.value > 0)
+        .map(|m| usize::from(m.value));
+    st.deferred = defer.then(Deferred::default);
     // Samples wait for the kernel symbol table, so the loop can drain the
     // rings from the start. Off-CPU samples are weighed when their thread
     // runs again, against a stack already written: those wait for it here.
@@ -350,6 +382,9 @@ pub fn record(
         let _ = sys::disable(&e.fd);
     }
     st.drain(&mut events, &mut bufs);
+    // Closed before the sysctl is put back: the kernel refuses to change it
+    // while events with callchains are open.
+    drop(events);
     if kallsyms_loader.is_some() {
         st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
     }
@@ -357,10 +392,18 @@ pub fn record(
     st.finish_blocked(duration.as_nanos() as u64);
     unregister(sig_ids);
     st.finish_waiting();
+    st.finish_deferred();
+    if let Some(m) = &mut max_stack {
+        st.warnings.extend(m.restore());
+    }
+    let deferred = st.deferred.as_ref().map(|d| d.stats).unwrap_or_default();
     let (truncated_stacks, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
     let mut totals = Totals {
-        truncated_stacks,
+        truncated_stacks: truncated_stacks + st.cut_at_cap,
         completed_stacks,
+        deferred_stitched: deferred.stitched,
+        deferred_unmatched_samples: deferred.unmatched_samples,
+        deferred_orphan_records: deferred.orphan_records,
         duration_ns: duration.as_nanos() as u64,
         processes: st.pids.len() as u64,
         threads: st.tids.len() as u64,
@@ -376,6 +419,7 @@ pub fn record(
         &st.live,
         samples,
     ));
+    warnings.extend(depth_warnings(&st, samples, &deferred));
     if st.throttles > 0 {
         warnings.push(format!(
             "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
@@ -422,6 +466,74 @@ pub fn record(
         warnings,
         names,
     })
+}
+
+/// Whether this kernel takes `defer_callchain` (Linux 6.19+; older ones
+/// refuse the unknown attribute bit with EINVAL): one sampling event on
+/// this thread, opened disabled and closed again.
+fn defer_probe() -> io::Result<()> {
+    let cfg = EventConfig {
+        counter: Counter::CpuClock,
+        frequency: 0,
+        period: 1_000_000,
+        context_switch: false,
+        sample_type: sys::sample::TID | sys::sample::CALLCHAIN,
+        exclude_kernel: true,
+        inherit: false,
+        enable_on_exec: false,
+        side_band: true,
+        max_stack: 0,
+        wakeup_bytes: 0,
+        wakeup_events: 1,
+        exclude_callchain_user: false,
+        sample_regs_user: 0,
+        sample_stack_user: 0,
+        defer_user: true,
+    };
+    sys::perf_event_open(&cfg, 0, -1).map(drop)
+}
+
+/// What the user should know about stacks cut at the kernel's caps and
+/// deferred user parts that never met their samples.
+fn depth_warnings<W: io::Write>(
+    st: &State<W>,
+    samples: u64,
+    d: &crate::defer::DeferStats,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if st.cut_at_cap > 0 {
+        let cap = st.fp_cap.unwrap_or(0);
+        out.push(format!(
+            "{} of {samples} stacks reached the kernel's callchain cap ({cap} frames{}) and are cut there{}",
+            st.cut_at_cap,
+            if st.deferred.is_some() {
+                format!(", {} for a deferred user part", crate::depth::DEFERRED_CAP)
+            } else {
+                String::new()
+            },
+            if sys::is_root() || cap >= usize::from(crate::depth::WANTED) {
+                String::new()
+            } else {
+                format!(
+                    "; as root flamerec raises kernel.perf_event_max_stack to {} for the recording",
+                    crate::depth::WANTED
+                )
+            }
+        ));
+    }
+    if d.unmatched_samples > 0 {
+        out.push(format!(
+            "{} samples kept only their kernel frames: their thread exited, or recording stopped, before it returned to user space, where the kernel walks the user stack (-g fp,defer)",
+            d.unmatched_samples
+        ));
+    }
+    if d.orphan_records > 0 {
+        out.push(format!(
+            "{} deferred user stacks came for samples that were lost",
+            d.orphan_records
+        ));
+    }
+    out
 }
 
 /// Opens one event per (task, CPU); per CPU the first event owns the ring

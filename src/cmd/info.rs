@@ -42,6 +42,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "bytes": s.bytes,
             "truncated_stacks": s.truncated_stacks,
             "completed_stacks": s.completed_stacks,
+            "user_stacks": s.user_stacks(),
+            "deferred": {
+                "stitched": s.deferred_stitched,
+                "unmatched_samples": s.deferred_unmatched_samples,
+                "orphan_records": s.deferred_orphan_records,
+                "unmatched_cookies": s.unmatched_cookies(),
+            },
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
         });
@@ -94,6 +101,19 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             s.lost_samples.saturating_sub(s.lost_starved)
         );
     }
+    let how = match s.user_stacks() {
+        "deferred" => format!(
+            "deferred (frame pointers walked by the kernel on return to user space): {} samples joined by cookie, {} unmatched cookies ({} samples whose user part never came, {} user parts whose samples were lost)",
+            s.deferred_stitched,
+            s.unmatched_cookies(),
+            s.deferred_unmatched_samples,
+            s.deferred_orphan_records
+        ),
+        "copied+dwarf" => "copied + DWARF (a copy of each sample's user stack, unwound with CFI)".into(),
+        "frame-pointers" => "frame pointers (walked by the kernel at each sample)".into(),
+        _ => format!("unknown call-graph mode {}", m.call_graph),
+    };
+    println!("user stack: {how}");
     if m.call_graph == "dwarf" {
         println!(
             "stacks:     {} deeper than their copy completed from the live thread, {} cut short",

@@ -1,0 +1,214 @@
+//! Deferred user callchains (`-g fp,defer`, Linux 6.19 and later): a sample
+//! taken in the kernel (or in user space) carries its kernel frames and a
+//! cookie; the kernel walks the thread's user stack once, by frame pointers,
+//! when it next returns to user space, and writes that walk in a
+//! CALLCHAIN_DEFERRED record naming the cookie. Every sample taken before
+//! that return shares it.
+//!
+//! Here each sample waits, by cookie, for its user part and is written whole
+//! when it comes. The two can arrive out of order across drain rounds (the
+//! thread may return to user space on another CPU, whose ring was copied
+//! before the sample's), so a user part that comes first waits too. What is
+//! never joined is counted, not guessed at:
+//! - a sample whose user part never came (its thread exited, or recording
+//!   stopped, before it returned to user space) is written with its kernel
+//!   frames only, one round after its thread's exit or at the end;
+//! - a user part whose samples never came (they were lost) is dropped after
+//!   [`EARLY_ROUNDS`] rounds.
+//!
+//! This module must not unwind anything itself: the kernel did.
+
+use std::collections::HashMap;
+use std::io;
+
+use flamerec_format::Frame;
+use flamerec_perf::parse::words;
+use flamerec_unwind::callchain::{self, Side};
+
+use crate::sample::RawSample;
+use crate::state::State;
+
+/// A user part whose samples have not come is kept this many drain rounds.
+const EARLY_ROUNDS: u64 = 2;
+/// At most this many samples wait at once; past that, the oldest cookie's
+/// samples are written without their user part (bounded memory whatever
+/// the kernel sends).
+const MAX_WAITING: usize = 65_536;
+
+/// Counts of what deferral did, for the trailer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct DeferStats {
+    /// Samples joined with their user part.
+    pub stitched: u64,
+    /// Samples whose user part never came (written with kernel frames only).
+    pub unmatched_samples: u64,
+    /// User parts whose samples never came (lost).
+    pub orphan_records: u64,
+}
+
+struct Waiting {
+    tid: u32,
+    /// Order of arrival, to give up the oldest first when too many wait.
+    seq: u64,
+    samples: Vec<RawSample>,
+}
+
+struct Early {
+    user: Vec<Frame>,
+    round: u64,
+    /// Some sample was joined with it.
+    claimed: bool,
+}
+
+/// Samples and user parts waiting for each other.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    waiting: HashMap<u64, Waiting>,
+    waiting_samples: usize,
+    early: HashMap<u64, Early>,
+    /// Threads that exited, with the round their exit was read in.
+    exited: Vec<(u32, u64)>,
+    round: u64,
+    seq: u64,
+    pub stats: DeferStats,
+}
+
+impl<W: io::Write> State<W> {
+    /// A sample whose callchain ended in `PERF_CONTEXT_USER_DEFERRED` and
+    /// `cookie`; `raw` holds its kernel part.
+    pub(crate) fn defer_sample(&mut self, cookie: u64, mut raw: RawSample) {
+        let Some(d) = &mut self.deferred else {
+            self.finish_raw(raw);
+            return;
+        };
+        if let Some(e) = d.early.get_mut(&cookie) {
+            e.claimed = true;
+            raw.user.extend_from_slice(&e.user);
+            d.stats.stitched += 1;
+            self.finish_raw(raw);
+            return;
+        }
+        d.seq += 1;
+        let seq = d.seq;
+        let tid = raw.tid;
+        d.waiting
+            .entry(cookie)
+            .or_insert_with(|| Waiting {
+                tid,
+                seq,
+                samples: Vec::new(),
+            })
+            .samples
+            .push(raw);
+        d.waiting_samples += 1;
+        if d.waiting_samples > MAX_WAITING {
+            if let Some(&oldest) = d.waiting.iter().min_by_key(|(_, w)| w.seq).map(|(c, _)| c) {
+                self.give_up(oldest);
+            }
+        }
+    }
+
+    /// A CALLCHAIN_DEFERRED record: the user part of `cookie`'s samples.
+    pub(crate) fn deferred_callchain(&mut self, cookie: u64, pid: u32, ips: &[u8]) {
+        if self.deferred.is_none() {
+            return;
+        }
+        let user: Vec<Frame> = callchain::frames(words(ips), Some(Side::User))
+            .filter(|&(side, _)| side == Side::User)
+            .map(|(_, addr)| self.user_frame(pid, addr))
+            .collect();
+        let Some(d) = &mut self.deferred else { return };
+        let Some(w) = d.waiting.remove(&cookie) else {
+            // Its samples are in a ring not read yet, or were lost.
+            let round = d.round;
+            let claimed = false;
+            d.early.insert(
+                cookie,
+                Early {
+                    user,
+                    round,
+                    claimed,
+                },
+            );
+            return;
+        };
+        d.waiting_samples -= w.samples.len();
+        d.stats.stitched += w.samples.len() as u64;
+        // Samples of later rounds may still name this cookie.
+        let round = d.round;
+        for mut raw in w.samples {
+            raw.user.extend_from_slice(&user);
+            self.finish_raw(raw);
+        }
+        if let Some(d) = &mut self.deferred {
+            let claimed = true;
+            d.early.insert(
+                cookie,
+                Early {
+                    user,
+                    round,
+                    claimed,
+                },
+            );
+        }
+    }
+
+    /// A thread exited: its samples still waiting get one more round.
+    pub(crate) fn deferred_exit(&mut self, tid: u32) {
+        if let Some(d) = &mut self.deferred {
+            let round = d.round;
+            d.exited.push((tid, round));
+        }
+    }
+
+    /// End of a drain round: samples of threads that exited a round ago are
+    /// written without their user part; user parts kept long enough go.
+    pub(crate) fn end_deferred_round(&mut self) {
+        let Some(d) = &mut self.deferred else { return };
+        let round = d.round;
+        let (gone, kept): (Vec<_>, Vec<_>) = d.exited.iter().partition(|&&(_, r)| r < round);
+        d.exited = kept;
+        let mut cookies: Vec<(u64, u64)> = d
+            .waiting
+            .iter()
+            .filter(|(_, w)| gone.iter().any(|&(tid, _)| tid == w.tid))
+            .map(|(&c, w)| (w.seq, c))
+            .collect();
+        cookies.sort_unstable();
+        let mut orphans = 0;
+        d.early.retain(|_, e| {
+            let keep = round - e.round < EARLY_ROUNDS;
+            orphans += u64::from(!keep && !e.claimed);
+            keep
+        });
+        d.stats.orphan_records += orphans;
+        d.round += 1;
+        for (_, c) in cookies {
+            self.give_up(c);
+        }
+    }
+
+    /// Recording ended: every sample still waiting is written without its
+    /// user part; user parts never claimed are orphans.
+    pub(crate) fn finish_deferred(&mut self) {
+        let Some(d) = &mut self.deferred else { return };
+        d.stats.orphan_records += d.early.drain().filter(|(_, e)| !e.claimed).count() as u64;
+        let mut cookies: Vec<(u64, u64)> = d.waiting.iter().map(|(&c, w)| (w.seq, c)).collect();
+        cookies.sort_unstable();
+        for (_, c) in cookies {
+            self.give_up(c);
+        }
+    }
+
+    fn give_up(&mut self, cookie: u64) {
+        let Some(d) = &mut self.deferred else { return };
+        let Some(w) = d.waiting.remove(&cookie) else {
+            return;
+        };
+        d.waiting_samples -= w.samples.len();
+        d.stats.unmatched_samples += w.samples.len() as u64;
+        for raw in w.samples {
+            self.finish_raw(raw);
+        }
+    }
+}
