@@ -86,7 +86,7 @@ __attribute__((noinline)) unsigned long deep_run(int depth, double seconds)
 	double end = now() + seconds;
 	while (now() < end) {
 		total += deep_cpu_descend(depth, 200);
-		total += (unsigned long)deep_sys_descend(depth, fd, 200);
+		total += (unsigned long)deep_sys_descend(depth, fd, 20);
 		rounds++;
 	}
 	close(fd);
