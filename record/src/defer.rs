@@ -28,7 +28,8 @@ use flamerec_unwind::callchain::{self, Side};
 use crate::sample::RawSample;
 use crate::state::State;
 
-/// A user part whose samples have not come is kept this many drain rounds.
+/// A user part is kept through the end of the round it came in and this
+/// many more (its samples are at most one round behind it).
 const EARLY_ROUNDS: u64 = 2;
 /// At most this many samples wait at once; past that, the oldest cookie's
 /// samples are written without their user part (bounded memory whatever
@@ -210,5 +211,129 @@ impl<W: io::Write> State<W> {
         for raw in w.samples {
             self.finish_raw(raw);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RecordOptions;
+    use flamerec_format::{Metadata, Writer};
+    use flamerec_symbolize::kallsyms::Kallsyms;
+
+    fn state() -> State<Vec<u8>> {
+        let writer = Writer::new(Vec::new(), &Metadata::default()).unwrap();
+        let mut st = State::new(writer, &RecordOptions::default(), 0, (0, 0), false);
+        st.set_kallsyms(Kallsyms::default());
+        st.deferred = Some(Deferred::default());
+        st
+    }
+
+    fn raw(tid: u32) -> RawSample {
+        RawSample {
+            pid: 1,
+            tid,
+            time: 10,
+            ip: 0xffff_ffff_8100_0000,
+            kernel: vec![0xffff_ffff_8100_0000],
+            user: Vec::new(),
+        }
+    }
+
+    fn ips(addrs: &[u64]) -> Vec<u8> {
+        addrs.iter().flat_map(|a| a.to_ne_bytes()).collect()
+    }
+
+    fn stats(st: &State<Vec<u8>>) -> DeferStats {
+        st.deferred.as_ref().unwrap().stats
+    }
+
+    #[test]
+    fn samples_wait_for_their_user_part_and_share_it() {
+        let mut st = state();
+        st.defer_sample(7, raw(2));
+        st.defer_sample(7, raw(2));
+        assert_eq!(
+            st.writer.samples(),
+            0,
+            "no sample is written without its user part"
+        );
+        st.deferred_callchain(7, 1, &ips(&[0x40_1000, 0x40_2000]));
+        assert_eq!(st.writer.samples(), 2);
+        // A sample read from a ring copied later still finds it.
+        st.end_deferred_round();
+        st.defer_sample(7, raw(2));
+        assert_eq!(st.writer.samples(), 3);
+        st.finish_deferred();
+        assert_eq!(
+            stats(&st),
+            DeferStats {
+                stitched: 3,
+                unmatched_samples: 0,
+                orphan_records: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_user_part_before_its_sample_waits_a_round() {
+        let mut st = state();
+        st.deferred_callchain(9, 1, &ips(&[0x40_1000]));
+        st.end_deferred_round();
+        st.defer_sample(9, raw(2));
+        assert_eq!(st.writer.samples(), 1);
+        // One that no sample claims is an orphan once it has waited the
+        // rest of its round and EARLY_ROUNDS more.
+        st.deferred_callchain(10, 1, &ips(&[0x40_1000]));
+        for _ in 0..EARLY_ROUNDS {
+            st.end_deferred_round();
+        }
+        assert_eq!(stats(&st).orphan_records, 0);
+        st.end_deferred_round();
+        assert_eq!(stats(&st).orphan_records, 1);
+        st.defer_sample(10, raw(2));
+        assert_eq!(st.writer.samples(), 1, "the late sample waits again");
+        st.finish_deferred();
+        assert_eq!(
+            stats(&st),
+            DeferStats {
+                stitched: 1,
+                unmatched_samples: 1,
+                orphan_records: 1
+            }
+        );
+        assert_eq!(st.writer.samples(), 2);
+    }
+
+    #[test]
+    fn an_exited_threads_samples_are_given_up_a_round_later() {
+        let mut st = state();
+        st.defer_sample(3, raw(5));
+        st.defer_sample(4, raw(6));
+        st.deferred_exit(5);
+        // The exit was read in this round; the user part may be in a ring
+        // copied before the sample's, so it gets the next round too.
+        st.end_deferred_round();
+        assert_eq!(st.writer.samples(), 0);
+        st.end_deferred_round();
+        assert_eq!(st.writer.samples(), 1);
+        assert_eq!(stats(&st).unmatched_samples, 1);
+        // Thread 6 lives on: its sample still waits.
+        st.deferred_callchain(4, 1, &ips(&[0x40_1000]));
+        assert_eq!(st.writer.samples(), 2);
+        assert_eq!(stats(&st).stitched, 1);
+    }
+
+    #[test]
+    fn waiting_samples_are_bounded() {
+        let mut st = state();
+        for cookie in 0..=MAX_WAITING as u64 {
+            st.defer_sample(cookie, raw(2));
+        }
+        assert_eq!(stats(&st).unmatched_samples, 1);
+        assert_eq!(st.writer.samples(), 1);
+        // The oldest went: the newest still joins its user part.
+        st.deferred_callchain(MAX_WAITING as u64, 1, &ips(&[0x40_1000]));
+        assert_eq!(stats(&st).stitched, 1);
     }
 }
