@@ -239,8 +239,9 @@ fn assert_whole(out: &Path, name: &str) -> Shapes {
         s.sys_in_kernel >= 10,
         "{name}: too few system-call samples in the kernel with their user stack: {s:?}"
     );
-    // Start-up and exit outside main are a few samples.
-    assert!(s.outside * 10 <= s.total, "{name}: {s:?}");
+    // Start-up and exit outside main: 2–8% of a run under TCG (the dynamic
+    // part of start-up is slow there); a quarter is far from either.
+    assert!(s.outside * 4 <= s.total, "{name}: {s:?}");
     s
 }
 
@@ -257,9 +258,16 @@ fn deferred_callchains_on_linux_7_2_are_whole_and_every_cookie_matched() {
     assert_eq!(i["user_stacks"], "deferred", "{i}");
     assert_eq!(i["lost_samples"], 0, "{i}");
     assert_eq!(i["deferred"]["unmatched_cookies"], 0, "{i}");
-    assert_eq!(
-        i["deferred"]["stitched"], i["samples"],
-        "every sample joined with its user part: {i}"
+    // Every sample of a user thread carries a cookie, except one taken in
+    // exit after the process dropped its memory (a few µs of a 1.5 s run):
+    // 1% leaves room for those.
+    let (stitched, samples) = (
+        i["deferred"]["stitched"].as_u64().unwrap(),
+        i["samples"].as_u64().unwrap(),
+    );
+    assert!(
+        stitched * 100 >= samples * 99,
+        "samples joined with their user part: {i}"
     );
     assert_eq!(i["truncated_stacks"], 0, "{i}");
     let s = assert_whole(&out, "fp-defer");

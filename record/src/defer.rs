@@ -18,13 +18,14 @@
 //!
 //! This module must not unwind anything itself: the kernel did.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 
 use flamerec_format::Frame;
 use flamerec_perf::parse::words;
 use flamerec_unwind::callchain::{self, Side};
 
+use crate::depth::DEFERRED_CAP;
 use crate::sample::RawSample;
 use crate::state::State;
 
@@ -56,6 +57,8 @@ struct Waiting {
 
 struct Early {
     user: Vec<Frame>,
+    /// The kernel's deferred unwinder stopped at its cap.
+    cut: bool,
     round: u64,
     /// Some sample was joined with it.
     claimed: bool,
@@ -66,6 +69,9 @@ struct Early {
 pub(crate) struct Deferred {
     waiting: HashMap<u64, Waiting>,
     waiting_samples: usize,
+    /// Cookies in the order they started waiting (some since joined), so
+    /// the oldest is found without a scan.
+    order: VecDeque<u64>,
     early: HashMap<u64, Early>,
     /// Threads that exited, with the round their exit was read in.
     exited: Vec<(u32, u64)>,
@@ -86,25 +92,33 @@ impl<W: io::Write> State<W> {
             e.claimed = true;
             raw.user.extend_from_slice(&e.user);
             d.stats.stitched += 1;
+            self.cut_at_cap += u64::from(e.cut);
             self.finish_raw(raw);
             return;
         }
         d.seq += 1;
         let seq = d.seq;
         let tid = raw.tid;
-        d.waiting
-            .entry(cookie)
-            .or_insert_with(|| Waiting {
-                tid,
-                seq,
-                samples: Vec::new(),
-            })
-            .samples
-            .push(raw);
+        let w = d.waiting.entry(cookie).or_insert_with(|| Waiting {
+            tid,
+            seq,
+            samples: Vec::new(),
+        });
+        if w.samples.is_empty() {
+            d.order.push_back(cookie);
+        }
+        w.samples.push(raw);
         d.waiting_samples += 1;
+        if d.order.len() > 2 * MAX_WAITING {
+            let waiting = &d.waiting;
+            d.order.retain(|c| waiting.contains_key(c));
+        }
         if d.waiting_samples > MAX_WAITING {
-            if let Some(&oldest) = d.waiting.iter().min_by_key(|(_, w)| w.seq).map(|(c, _)| c) {
-                self.give_up(oldest);
+            while let Some(oldest) = d.order.pop_front() {
+                if d.waiting.contains_key(&oldest) {
+                    self.give_up(oldest);
+                    break;
+                }
             }
         }
     }
@@ -118,6 +132,10 @@ impl<W: io::Write> State<W> {
             .filter(|&(side, _)| side == Side::User)
             .map(|(_, addr)| self.user_frame(pid, addr))
             .collect();
+        let cut = words(ips)
+            .filter(|&a| a < callchain::PERF_CONTEXT_MAX)
+            .count()
+            >= DEFERRED_CAP;
         let Some(d) = &mut self.deferred else { return };
         let Some(w) = d.waiting.remove(&cookie) else {
             // Its samples are in a ring not read yet, or were lost.
@@ -127,6 +145,7 @@ impl<W: io::Write> State<W> {
                 cookie,
                 Early {
                     user,
+                    cut,
                     round,
                     claimed,
                 },
@@ -135,6 +154,7 @@ impl<W: io::Write> State<W> {
         };
         d.waiting_samples -= w.samples.len();
         d.stats.stitched += w.samples.len() as u64;
+        self.cut_at_cap += u64::from(cut) * w.samples.len() as u64;
         // Samples of later rounds may still name this cookie.
         let round = d.round;
         for mut raw in w.samples {
@@ -147,6 +167,7 @@ impl<W: io::Write> State<W> {
                 cookie,
                 Early {
                     user,
+                    cut,
                     round,
                     claimed,
                 },
@@ -322,6 +343,20 @@ mod tests {
         st.deferred_callchain(4, 1, &ips(&[0x40_1000]));
         assert_eq!(st.writer.samples(), 2);
         assert_eq!(stats(&st).stitched, 1);
+    }
+
+    #[test]
+    fn user_parts_at_the_unwinders_cap_count_as_cut_per_sample() {
+        let mut st = state();
+        let full: Vec<u64> = (0..DEFERRED_CAP as u64).map(|i| 0x40_0000 + i).collect();
+        st.defer_sample(1, raw(2));
+        st.defer_sample(1, raw(2));
+        st.deferred_callchain(1, 1, &ips(&full));
+        st.defer_sample(1, raw(2));
+        assert_eq!(st.cut_at_cap, 3);
+        st.deferred_callchain(2, 1, &ips(&full[1..]));
+        st.defer_sample(2, raw(2));
+        assert_eq!(st.cut_at_cap, 3, "one address short of the cap is whole");
     }
 
     #[test]

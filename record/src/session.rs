@@ -49,9 +49,15 @@ pub fn record(
                 false
             }
             (false, Ok(())) => true,
+            // Not allowed to sample at all: opening the events says so.
+            (false, Err(e)) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => true,
             (false, Err(e)) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::EINVAL) => "EINVAL".to_string(),
+                    _ => e.to_string(),
+                };
                 warnings.push(format!(
-                    "this kernel (Linux {}) does not offer deferred user callchains (perf_event_open refused defer_callchain: {e}); recording with -g fp",
+                    "this kernel (Linux {}) does not offer deferred user callchains (perf_event_open refused defer_callchain: {why}); recording with -g fp",
                     read_trimmed("/proc/sys/kernel/osrelease")
                 ));
                 false
@@ -397,9 +403,11 @@ pub fn record(
         st.warnings.extend(m.restore());
     }
     let deferred = st.deferred.as_ref().map(|d| d.stats).unwrap_or_default();
-    let (truncated_stacks, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
+    // Cut short by the unwinder (dwarf), and at the kernel's callchain caps.
+    let (unwind_cut, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
+    let truncated_stacks = unwind_cut + st.cut_at_cap;
     let mut totals = Totals {
-        truncated_stacks: truncated_stacks + st.cut_at_cap,
+        truncated_stacks,
         completed_stacks,
         deferred_stitched: deferred.stitched,
         deferred_unmatched_samples: deferred.unmatched_samples,
@@ -414,11 +422,7 @@ pub fn record(
     let lost = st.losses.total();
     let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
     let mut warnings = std::mem::take(&mut st.warnings);
-    warnings.extend(crate::deep::cut_warning(
-        truncated_stacks,
-        &st.live,
-        samples,
-    ));
+    warnings.extend(crate::deep::cut_warning(unwind_cut, &st.live, samples));
     warnings.extend(depth_warnings(&st, samples, &deferred));
     if st.throttles > 0 {
         warnings.push(format!(

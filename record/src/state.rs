@@ -291,9 +291,6 @@ impl<W: io::Write> State<W> {
             PerfRecord::CallchainDeferred {
                 cookie, pid, ips, ..
             } => {
-                if ips.len() / 8 >= crate::depth::DEFERRED_CAP {
-                    self.cut_at_cap += 1;
-                }
                 self.deferred_callchain(cookie, pid, ips);
             }
             PerfRecord::Throttle => self.throttles += 1,
