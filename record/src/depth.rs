@@ -81,6 +81,21 @@ impl MaxStack {
         }
     }
 
+    /// The sysctl went down since it was read (another recorder put it
+    /// back): use its value now, and restore nothing.
+    pub(crate) fn lowered(&mut self) -> u16 {
+        let now: u32 = fs::read_to_string(SYSCTL)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        self.value = now.min(u32::from(u16::MAX)) as u16;
+        self.restore = None;
+        self.note = Some(format!(
+            "kernel.perf_event_max_stack was set back to {now} by another recorder while this one started: frame-pointer stacks are cut at {now} frames"
+        ));
+        self.value
+    }
+
     /// Puts the sysctl back; says so when the kernel refuses.
     pub(crate) fn restore(&mut self) -> Option<String> {
         let old = self.restore.take()?;

@@ -172,7 +172,6 @@ pub fn record(
         defer_user: defer,
     };
     warnings.extend(ring_warning);
-    warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
     // Every (task, CPU) pair to open: the command, each thread of the
     // attached processes, or every task (-1) on each CPU.
     let tasks: Vec<i32> = match (&opts.target, &child) {
@@ -185,6 +184,15 @@ pub fn record(
         _ => vec![-1],
     };
     let events = match open_events(&cfg, &tasks, pages) {
+        // Another recorder put kernel.perf_event_max_stack back below what
+        // was read a moment ago: take what is in force now.
+        Err(RecordError::Sys { source, .. })
+            if source.raw_os_error() == Some(libc::EOVERFLOW) && cfg.max_stack > 0 =>
+        {
+            let now = max_stack.as_mut().map_or(0, MaxStack::lowered);
+            cfg.max_stack = now;
+            open_events(&cfg, &tasks, pages)?
+        }
         Err(RecordError::PerfDenied { .. }) if opts.kernel && !off_cpu => {
             // Kernel sampling may be what is refused: go on with user stacks only.
             cfg.exclude_kernel = true;
@@ -198,6 +206,7 @@ pub fn record(
         other => other?,
     };
     let mut events = events;
+    warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
 
     let signal = Arc::new(AtomicUsize::new(0));
     let mut sig_ids = Vec::new();
