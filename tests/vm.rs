@@ -62,7 +62,7 @@ fn deep_fp(dir: &Path) -> PathBuf {
 
 /// Boots `kernel`, runs `script` in the guest; returns the directory its
 /// $OUT came back into, and the console output.
-fn boot(kernel: &str, script: &str, name: &str) -> (PathBuf, String) {
+fn boot(kernel: &str, smp: u32, script: &str, name: &str) -> (PathBuf, String) {
     // One guest at a time: two TCG guests on a 2-core host would each run
     // at half speed, and the margins above assume one.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -76,7 +76,15 @@ fn boot(kernel: &str, script: &str, name: &str) -> (PathBuf, String) {
     let out = dir.join("out");
     let flamerec = env!("CARGO_BIN_EXE_flamerec");
     let run = Command::new(repo().join("vm/run"))
-        .args(["--kernel", kernel, "--timeout", "240", "--out"])
+        .args([
+            "--kernel",
+            kernel,
+            "--timeout",
+            "240",
+            "--smp",
+            &smp.to_string(),
+        ])
+        .arg("--out")
         .arg(&out)
         .arg("--add")
         .arg(format!("{flamerec}=/flamerec"))
@@ -130,6 +138,35 @@ fn fold_on_host(frec: &Path) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// Samples whose stack has kernel frames only: (those in the exit path,
+/// the others by stack).
+fn kernel_only(frec: &Path) -> (u64, Vec<String>) {
+    let o = Command::new(env!("CARGO_BIN_EXE_flamerec"))
+        .arg("fold")
+        .arg("--kernel-suffix")
+        .arg(frec)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (mut exiting, mut other) = (0, Vec::new());
+    for line in String::from_utf8(o.stdout).unwrap().lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let frames: Vec<&str> = stack.split(';').skip(1).collect();
+        if frames.is_empty() || !frames.iter().all(|f| f.ends_with("_[k]")) {
+            continue;
+        }
+        if frames
+            .iter()
+            .any(|f| f.contains("exit_group") || f.starts_with("do_exit"))
+        {
+            exiting += n.parse::<u64>().unwrap();
+        } else {
+            other.push(line.to_string());
+        }
+    }
+    (exiting, other)
+}
+
 /// How the samples' stacks compare with deep-fp's construction.
 #[derive(Debug, Default)]
 struct Shapes {
@@ -140,6 +177,12 @@ struct Shapes {
     sys_in_kernel: u64,
     /// Samples on the way down or up (no leaf): their descend frames.
     partial: u64,
+    /// Samples in a leaf one descend frame short: taken on the leaf's first
+    /// or last instructions, before it saved the frame pointer or after it
+    /// restored it, when a frame-pointer walk skips the caller. Under TCG
+    /// a timer interrupt lands only between translated blocks, such as a
+    /// function's entry, so these are a few per run.
+    prologue: u64,
     /// Samples in a leaf whose stack is not the construction, by shape.
     wrong: BTreeMap<String, u64>,
     /// Samples outside main (program start and exit).
@@ -177,6 +220,9 @@ fn shapes(folded: &str) -> Shapes {
         let whole = below.first() == Some(&"deep_run")
             && leaf == DEPTH + 1
             && below[1..leaf].iter().all(|&f| f == path);
+        let short = below.first() == Some(&"deep_run")
+            && leaf == DEPTH
+            && below[1..leaf].iter().all(|&f| f == path);
         let kernel = below.len() > leaf + 1;
         match (whole, path) {
             (true, "deep_cpu_descend") => s.whole_cpu += n,
@@ -184,6 +230,7 @@ fn shapes(folded: &str) -> Shapes {
                 s.whole_sys += n;
                 s.sys_in_kernel += u64::from(kernel) * n;
             }
+            (false, _) if short => s.prologue += n,
             (false, _) => *s.wrong.entry(shape(below)).or_default() += n,
         }
     }
@@ -210,8 +257,10 @@ fn shape(frames: &[&str]) -> String {
 }
 
 /// Stacks whole and as built: every leaf sample's stack is the
-/// construction, both paths were sampled (the system call's in the kernel
-/// too), and the host folds the file to what the guest folded.
+/// construction (but for the few a frame-pointer walk cuts one short at a
+/// leaf's entry or exit, see `Shapes::prologue`), both paths were sampled
+/// (the system call's in the kernel too), and the host folds the file to
+/// what the guest folded.
 fn assert_whole(out: &Path, name: &str) -> Shapes {
     let host = fold_on_host(&out.join(format!("{name}.frec")));
     let guest = std::fs::read_to_string(out.join(format!("{name}.guest.folded"))).unwrap();
@@ -224,6 +273,12 @@ fn assert_whole(out: &Path, name: &str) -> Shapes {
         s.wrong.is_empty(),
         "{name}: stacks in a leaf that are not deep-fp's construction: {:?} ({s:?})",
         s.wrong
+    );
+    let leaves = s.whole_cpu + s.whole_sys;
+    assert!(
+        s.prologue * 50 <= leaves.max(100),
+        "{name}: more leaf samples one frame short than a leaf's entry and exit explain \
+         (2% of leaf samples): {s:?}"
     );
     // Margins: each path is roughly half the run (hundreds of samples);
     // 20 each is far below what a loaded host gives, far above none.
@@ -250,25 +305,36 @@ fn deferred_callchains_on_linux_7_2_are_whole_and_every_cookie_matched() {
     if skip() {
         return;
     }
-    let (out, console) = boot("7.2", &script(&["fp,defer", "fp"]), "7.2");
+    // Two CPUs: the thread moves between them, so a sample and its user
+    // part are often in different rings.
+    let (out, console) = boot("7.2", 2, &script(&["fp,defer", "fp"]), "7.2");
     assert!(console.contains("Linux 7.2"), "not 7.2:\n{console}");
 
     let i = info(&out, "fp-defer");
     assert_eq!(i["call_graph"], "fp,defer", "{i}");
     assert_eq!(i["user_stacks"], "deferred", "{i}");
     assert_eq!(i["lost_samples"], 0, "{i}");
-    assert_eq!(i["deferred"]["unmatched_cookies"], 0, "{i}");
-    // Every sample of a user thread carries a cookie, except one taken in
-    // exit after the process dropped its memory (a few µs of a 1.5 s run):
-    // 1% leaves room for those.
+    // Every cookie is matched, but for samples taken while the process
+    // exits: a task leaving in exit_group never returns to user space, so
+    // the kernel walks no user stack for them (a few samples of a run).
+    // Those keep their kernel frames only, and nothing else does.
+    assert_eq!(i["deferred"]["orphan_records"], 0, "{i}");
+    let unmatched = i["deferred"]["unmatched_samples"].as_u64().unwrap();
+    let (exiting, other) = kernel_only(&out.join("fp-defer.frec"));
+    assert!(
+        other.is_empty(),
+        "samples without their user part outside the exit path: {other:?} ({i})"
+    );
+    assert!(
+        unmatched <= exiting,
+        "unmatched samples that kept more than kernel frames: {i}"
+    );
+    assert!(unmatched <= 5, "{i}");
     let (stitched, samples) = (
         i["deferred"]["stitched"].as_u64().unwrap(),
         i["samples"].as_u64().unwrap(),
     );
-    assert!(
-        stitched * 100 >= samples * 99,
-        "samples joined with their user part: {i}"
-    );
+    assert_eq!(stitched + unmatched, samples, "{i}");
     assert_eq!(i["truncated_stacks"], 0, "{i}");
     let s = assert_whole(&out, "fp-defer");
     eprintln!("7.2 fp,defer: {s:?}");
@@ -293,7 +359,7 @@ fn linux_6_1_falls_back_to_frame_pointers_and_says_why() {
     if skip() {
         return;
     }
-    let (out, console) = boot("6.1", &script(&["fp,defer"]), "6.1");
+    let (out, console) = boot("6.1", 1, &script(&["fp,defer"]), "6.1");
     assert!(console.contains("Linux 6.1"), "not 6.1:\n{console}");
     let stderr = std::fs::read_to_string(out.join("fp-defer.stderr")).unwrap();
     let why: Vec<&str> = stderr
