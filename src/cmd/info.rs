@@ -114,6 +114,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         _ => format!("unknown call-graph mode {}", m.call_graph),
     };
     println!("user stack: {how}");
+    if m.call_graph != "dwarf" && s.truncated_stacks > 0 {
+        println!(
+            "stacks:     {} cut at the kernel's callchain cap (kernel.perf_event_max_stack frames; 510 user frames for deferred ones)",
+            s.truncated_stacks
+        );
+    }
     if m.call_graph == "dwarf" {
         println!(
             "stacks:     {} deeper than their copy completed from the live thread, {} cut short",
