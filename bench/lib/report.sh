@@ -63,6 +63,10 @@ RESULT=$ROOT/bench/RESULTS.md
     echo "## Medians (and least times) behind the table"
     echo
     cat "$DETAILS"
+    if [ -f "$OUT/gate.md" ]; then
+        echo
+        cat "$OUT/gate.md"
+    fi
 } > "$RESULT"
 
 cat "$TABLE"

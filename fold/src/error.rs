@@ -39,6 +39,18 @@ pub enum FoldError {
         /// What the perf.data parser said.
         reason: String,
     },
+    /// Recordings merged into one profile measured different things.
+    #[error("{first} records {first_event} and {other} records {other_event}: only recordings of one event merge")]
+    Mismatch {
+        /// The first recording.
+        first: String,
+        /// Its event.
+        first_event: String,
+        /// The one that differs.
+        other: String,
+        /// Its event.
+        other_event: String,
+    },
     /// The symbolization thread pool could not be started.
     #[error("cannot start {jobs} symbolization threads: {reason}")]
     ThreadPool {

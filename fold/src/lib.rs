@@ -26,6 +26,7 @@ pub mod diff;
 mod error;
 pub mod export;
 mod lines;
+mod merge;
 mod output;
 mod perfdata;
 mod profile;
@@ -39,6 +40,7 @@ use flamerec_format::Reader;
 use flamerec_symbolize as symbolize;
 
 pub use error::FoldError;
+pub use merge::merge_profiles;
 pub use output::{write_folded, write_json_summary, write_svg, SUMMARY_SCHEMA};
 pub use profile::{FunctionStats, ProcessStats, Profile};
 pub use progress::{FoldProgress, Phase};

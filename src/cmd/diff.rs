@@ -1,5 +1,6 @@
-//! `flamerec diff`: compare two profiles (recordings or folded text) per
-//! function; write a differential SVG, JSON and Markdown; gate on growth.
+//! `flamerec diff`: compare two profiles (recordings or folded text, one or
+//! several runs each) per function; write a differential SVG, JSON and
+//! Markdown; gate on growth beyond noise.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -7,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use flamerec_fold::diff::{self, Diff, MarkdownOptions, Side, SvgOptions};
+use flamerec_fold::diff::{
+    self, Diff, DiffOptions, Gate, MarkdownOptions, Side, SvgOptions, Trip, DEFAULT_RUN_SPREAD,
+};
 use flamerec_fold::FoldOptions;
 
 use super::Exit;
@@ -26,15 +29,29 @@ pub struct Args {
     /// Title of the SVG.
     #[arg(long, value_name = "TEXT")]
     title: Option<String>,
-    /// Write per-function shares and deltas as JSON (schema flamerec-diff/1); `-` for stdout.
+    /// Write per-function times, shares, changes with intervals and verdicts as JSON
+    /// (schema flamerec-diff/1); `-` for stdout.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
     /// Write the top regressions and improvements as Markdown; `-` for stdout.
     #[arg(long, value_name = "PATH")]
     markdown: Option<PathBuf>,
-    /// Exit with status 3 if any function's total share grew by more than PCT points.
+    /// Exit with status 3 if any function's total share grew by more than PCT points
+    /// and by more than noise explains.
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     fail_above: Option<f64>,
+    /// Exit with status 3 if any function's total CPU time grew by more than PCT percent
+    /// and by more than noise explains (recordings of a clock event or off-CPU).
+    #[arg(long, value_name = "PCT", value_parser = parse_growth)]
+    fail_time_above: Option<f64>,
+    /// The spread of the program's time between runs to assume when no side has two
+    /// runs, in percent [default: 5].
+    #[arg(long, value_name = "PCT", value_parser = parse_pct)]
+    run_spread: Option<f64>,
+    /// Count samples taken in interrupt context (timer ticks, IPIs, preemption) as the
+    /// program's instead of leaving them out.
+    #[arg(long)]
+    keep_interrupts: bool,
     /// Leave out functions whose total share is below PCT in both profiles
     /// (from every output and from --fail-above).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
@@ -49,10 +66,26 @@ pub struct Args {
     /// Do not read or write the symbol cache.
     #[arg(long, conflicts_with = "cache_dir")]
     no_cache: bool,
-    /// The baseline: a recording (.frec) or folded text.
-    base: PathBuf,
-    /// The profile to compare against it: a recording (.frec) or folded text.
-    new: PathBuf,
+    /// Baseline runs: recordings (.frec, perf.data) or folded text; several are one side
+    /// measured several times.
+    #[arg(long = "base", value_name = "BASE", num_args = 1.., conflicts_with = "inputs", requires = "new_runs")]
+    base_runs: Vec<PathBuf>,
+    /// Runs to compare against them.
+    #[arg(long = "new", value_name = "NEW", num_args = 1.., conflicts_with = "inputs", requires = "base_runs")]
+    new_runs: Vec<PathBuf>,
+    /// BASE and NEW, one run each (or use --base and --new for several).
+    #[arg(value_name = "BASE NEW", num_args = 2)]
+    inputs: Vec<PathBuf>,
+}
+
+/// A growth in percent: a finite number from 0 to 1000.
+fn parse_growth(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a growth in percent (a number from 0 to 1000)"
+        )),
+    }
 }
 
 /// A percentage: a finite number from 0 to 100.
@@ -75,15 +108,41 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         },
         ..FoldOptions::default()
     };
-    let base = load(&a.base, &opts)?;
-    let new = load(&a.new, &opts)?;
-    let mut d = Diff::new(&base, &new);
+    let (base_paths, new_paths) = match a.inputs.as_slice() {
+        [base, new] => (vec![base.clone()], vec![new.clone()]),
+        [] if !a.base_runs.is_empty() && !a.new_runs.is_empty() => {
+            (a.base_runs.clone(), a.new_runs.clone())
+        }
+        _ => anyhow::bail!("give BASE and NEW, or --base BASE... --new NEW..."),
+    };
+    let base = load(&base_paths, &opts)?;
+    let new = load(&new_paths, &opts)?;
+    diff::check_comparable(&base, &new)?;
+    let gate = Gate {
+        share_pts: a.fail_above,
+        time_pct: a.fail_time_above,
+    };
+    let mut d = Diff::compare(
+        &base,
+        &new,
+        &DiffOptions {
+            keep_interrupts: a.keep_interrupts,
+            assumed_run_spread: a.run_spread.map_or(DEFAULT_RUN_SPREAD, |p| p / 100.0),
+            gate,
+        },
+    );
     if let Some(min) = a.min_share {
         d.retain_min_share(min);
     }
+    if a.fail_time_above.is_some() && d.time.is_none() {
+        eprintln!(
+            "flamerec: warning: --fail-time-above needs CPU time on both sides (recordings of \
+             cpu-clock, task-clock or off-cpu); only --fail-above can trip"
+        );
+    }
 
-    let base_label = a.base.display().to_string();
-    let new_label = a.new.display().to_string();
+    let base_label = label(&base_paths);
+    let new_label = label(&new_paths);
     if let Some(path) = &a.svg {
         let opts = SvgOptions {
             title: a
@@ -101,7 +160,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let md_opts = MarkdownOptions {
         base_label,
         new_label,
-        fail_above: a.fail_above,
         min_share: a.min_share,
         ..MarkdownOptions::default()
     };
@@ -114,40 +172,65 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => {}
     }
 
-    if let Some(limit) = a.fail_above {
-        let grew = d.grew_more_than(limit);
-        if !grew.is_empty() {
-            let mut names: Vec<String> = grew
-                .iter()
-                .take(GATE_NAMES)
-                .map(|f| format!("{} ({:+.2})", f.name, f.total_delta_pct))
-                .collect();
-            if grew.len() > GATE_NAMES {
-                names.push(format!("and {} more", grew.len() - GATE_NAMES));
-            }
-            let what = if grew.len() == 1 {
-                "1 function's".to_string()
-            } else {
-                format!("{} functions'", grew.len())
-            };
-            return Err(Exit {
-                code: GATE_EXIT,
-                message: format!(
-                    "{what} total share grew by more than {limit} points: {}",
-                    names.join(", ")
-                ),
-            }
-            .into());
+    let tripped = d.tripped();
+    if !tripped.is_empty() {
+        // Functions with the same samples (a chain of callers) are named once.
+        let groups = diff::same_samples_groups(&tripped);
+        let mut names: Vec<String> = groups
+            .iter()
+            .take(GATE_NAMES)
+            .map(|g| {
+                let f = g[0];
+                let name = match diff::group_name(g) {
+                    (name, 0) => name,
+                    (name, more) => format!("{name} and {more} with the same samples"),
+                };
+                match (f.trips, f.time_change) {
+                    (Some(Trip::Time), Some(t)) => format!(
+                        "{name} (time {:+.1}%, interval {:+.1}…{:+.1}%)",
+                        t.estimate, t.low, t.high
+                    ),
+                    _ => format!(
+                        "{name} (share {:+.2} points, interval {:+.2}…{:+.2})",
+                        f.share_change.estimate, f.share_change.low, f.share_change.high
+                    ),
+                }
+            })
+            .collect();
+        if groups.len() > GATE_NAMES {
+            names.push(format!("and {} more", groups.len() - GATE_NAMES));
         }
+        let what = if tripped.len() == 1 {
+            "1 function".to_string()
+        } else {
+            format!("{} functions", tripped.len())
+        };
+        return Err(Exit {
+            code: GATE_EXIT,
+            message: format!(
+                "{what} grew beyond noise and above the threshold: {}",
+                names.join(", ")
+            ),
+        }
+        .into());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Loads one side with its warnings shown on stderr.
-fn load(path: &Path, opts: &FoldOptions) -> anyhow::Result<Side> {
-    let side = Side::load(path, opts)?; // DiffError messages name the file.
+/// The inputs of a side, for the report.
+fn label(paths: &[PathBuf]) -> String {
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    names.join(", ")
+}
+
+/// Loads one side (one or several runs) with its warnings shown on stderr.
+fn load(paths: &[PathBuf], opts: &FoldOptions) -> anyhow::Result<Side> {
+    let side = Side::load_runs(paths, opts)?; // DiffError messages name the file.
     for w in &side.warnings {
-        eprintln!("flamerec: warning: {}: {w}", path.display());
+        match paths {
+            [one] => eprintln!("flamerec: warning: {}: {w}", one.display()),
+            _ => eprintln!("flamerec: warning: {w}"),
+        }
     }
     Ok(side)
 }

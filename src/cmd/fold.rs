@@ -70,19 +70,25 @@ pub struct Args {
     /// Ignore the names embedded in the recording and read the binaries again.
     #[arg(long)]
     resymbolize: bool,
-    /// The recording (.frec or perf.data), or folded text for --pprof.
-    input: PathBuf,
+    /// The recording (.frec or perf.data), or folded text for --pprof; several recordings
+    /// (runs, hosts) fold into one profile.
+    #[arg(required = true, num_args = 1..)]
+    inputs: Vec<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let opts = options(&a);
-    if let Some(pprof) = &a.pprof {
+    if let (Some(pprof), [input]) = (&a.pprof, a.inputs.as_slice()) {
         // Unreadable input: folding below says why, naming the file.
-        if export::is_folded_text(&a.input).unwrap_or(false) {
-            return pprof_of_folded(&a, &opts, pprof);
+        if export::is_folded_text(input).unwrap_or(false) {
+            return pprof_of_folded(&a, input, &opts, pprof);
         }
     }
-    let profile = fold(&a.input, &opts)?;
+    let mut profiles = Vec::with_capacity(a.inputs.len());
+    for input in &a.inputs {
+        profiles.push((input.display().to_string(), fold(input, &opts)?));
+    }
+    let profile = flamerec_fold::merge_profiles(profiles)?;
     if let Some(path) = &a.pprof {
         write_to(path, |w| export::write_pprof(&profile, w))?;
     }
@@ -122,8 +128,13 @@ impl Args {
 }
 
 /// `fold --pprof` of folded text: stacks and counts only.
-fn pprof_of_folded(a: &Args, opts: &FoldOptions, pprof: &Path) -> anyhow::Result<ExitCode> {
-    let input = a.input.display();
+fn pprof_of_folded(
+    a: &Args,
+    path: &Path,
+    opts: &FoldOptions,
+    pprof: &Path,
+) -> anyhow::Result<ExitCode> {
+    let input = path.display();
     if a.speedscope.is_some() || a.firefox.is_some() {
         bail!(
             "{input} is folded text, which has no time axis or threads: \
@@ -136,7 +147,7 @@ fn pprof_of_folded(a: &Args, opts: &FoldOptions, pprof: &Path) -> anyhow::Result
              give it to inferno-flamegraph for an SVG"
         );
     }
-    let stacks = export::read_folded(&a.input, opts)?;
+    let stacks = export::read_folded(path, opts)?;
     write_to(pprof, |w| export::write_pprof_folded(&stacks, w))?;
     Ok(ExitCode::SUCCESS)
 }

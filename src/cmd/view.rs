@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -18,14 +18,29 @@ pub struct Args {
     /// Write one self-contained HTML page here instead of serving.
     #[arg(long, value_name = "PATH", conflicts_with = "port")]
     html: Option<PathBuf>,
+    /// Runs merged into one profile (or the base of a diff with --new): .frec, perf.data
+    /// or folded stacks.
+    #[arg(long = "base", value_name = "PATH", num_args = 1.., conflicts_with = "input")]
+    base_runs: Vec<PathBuf>,
+    /// Runs merged into the NEW side of a diff from the --base runs.
+    #[arg(long = "new", value_name = "PATH", num_args = 1.., requires = "base_runs")]
+    new_runs: Vec<PathBuf>,
     /// The profile: a .frec recording or folded stacks (the base of a diff when NEW is given).
-    input: PathBuf,
+    #[arg(required_unless_present = "base_runs")]
+    input: Option<PathBuf>,
     /// A second profile: show the change from INPUT to NEW (red grew, blue shrank).
     new: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let data = ViewData::load(&a.input, a.new.as_deref())?;
+    let data = match &a.input {
+        Some(input) => ViewData::load(input, a.new.as_deref())?,
+        None => {
+            let base: Vec<&Path> = a.base_runs.iter().map(PathBuf::as_path).collect();
+            let new: Vec<&Path> = a.new_runs.iter().map(PathBuf::as_path).collect();
+            ViewData::load_runs(&base, (!new.is_empty()).then_some(new.as_slice()))?
+        }
+    };
     for w in data.warnings() {
         eprintln!("flamerec: warning: {w}");
     }

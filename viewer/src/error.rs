@@ -24,6 +24,18 @@ pub enum ViewerError {
     /// Folded text that does not read (its message names the file and line).
     #[error(transparent)]
     Folded(#[from] flamerec_fold::diff::DiffError),
+    /// Inputs merged into one side weigh samples in different units.
+    #[error("{} weighs samples in {first_unit} and {} in {other_unit}: they do not add up", first.display(), other.display())]
+    Units {
+        /// The first input.
+        first: PathBuf,
+        /// Its unit.
+        first_unit: String,
+        /// The input that differs.
+        other: PathBuf,
+        /// Its unit.
+        other_unit: String,
+    },
     /// The listening socket could not be opened.
     #[error("cannot listen on 127.0.0.1:{port}: {source}")]
     Bind {

@@ -75,6 +75,52 @@ pub(crate) fn read(path: &Path) -> Result<Source, ViewerError> {
     })
 }
 
+/// Reads several inputs as one profile: runs of the same program merged,
+/// their stacks summed (a unit that differs from the first input's is an
+/// error: samples and nanoseconds do not add up).
+pub(crate) fn read_all(paths: &[&Path]) -> Result<Source, ViewerError> {
+    let mut iter = paths.iter();
+    let Some(first) = iter.next() else {
+        return Ok(Source::default());
+    };
+    let mut out = read(first)?;
+    if paths.len() == 1 {
+        return Ok(out);
+    }
+    let mut sum: HashMap<String, u64> = out.stacks.drain(..).collect();
+    for path in iter {
+        let next = read(path)?;
+        if next.unit != out.unit {
+            return Err(ViewerError::Units {
+                first: first.to_path_buf(),
+                first_unit: out.unit,
+                other: path.to_path_buf(),
+                other_unit: next.unit,
+            });
+        }
+        for (line, w) in next.stacks {
+            let e = sum.entry(line).or_insert(0);
+            *e = e.saturating_add(w);
+        }
+        for (root, info) in next.roots {
+            out.roots.entry(root).or_insert(info);
+        }
+        out.warnings.extend(next.warnings);
+    }
+    let mut stacks: Vec<(String, u64)> = sum.into_iter().collect();
+    stacks.sort_unstable();
+    out.stacks = stacks;
+    out.info = vec![
+        ("inputs".into(), paths.len().to_string()),
+        (
+            "samples".into(),
+            out.stacks.iter().map(|s| s.1).sum::<u64>().to_string(),
+        ),
+        ("stacks".into(), out.stacks.len().to_string()),
+    ];
+    Ok(out)
+}
+
 /// Folds a recording with one root per thread, so the page can filter and
 /// group by thread, process or name.
 fn from_recording(path: &Path) -> Result<Source, ViewerError> {

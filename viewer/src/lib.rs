@@ -48,6 +48,25 @@ impl ViewData {
         Self::encode(&title, &sides)
     }
 
+    /// Like [`ViewData::load`] with several runs per side, each side's runs
+    /// merged into one profile (stacks summed).
+    pub fn load_runs(base: &[&Path], new: Option<&[&Path]>) -> Result<ViewData, ViewerError> {
+        let first = input::read_all(base)?;
+        let second = new.map(input::read_all).transpose()?;
+        let name = |paths: &[&Path]| match paths {
+            [one] => file_name(one),
+            [first, rest @ ..] => format!("{} (+{} more)", file_name(first), rest.len()),
+            [] => String::new(),
+        };
+        let title = match new {
+            Some(n) => format!("{} → {}", name(base), name(n)),
+            None => name(base),
+        };
+        let mut sides = vec![&first];
+        sides.extend(second.as_ref());
+        Self::encode(&title, &sides)
+    }
+
     /// Builds the data from folded stacks (`root;...;leaf`, weight) already
     /// in memory; `new` makes it a diff from `base` to `new`.
     pub fn from_stacks(

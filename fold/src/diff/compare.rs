@@ -1,22 +1,56 @@
-//! The per-function comparison of two sides: shares, deltas, ordering,
-//! filtering. It owns what a function's self and total weight are for folded
-//! stacks (the same definition as `crate::profile` uses for recordings) and
-//! does no I/O.
+//! The per-function comparison of two sides: shares and CPU times per run,
+//! their changes with intervals, verdicts, the gate, ordering, filtering.
+//! It owns what a function's self and total weight are for folded stacks
+//! (the same definition as `crate::profile` uses for recordings, over the
+//! program's samples: see `tally`) and does no I/O.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
-use crate::FunctionStats;
-
+use super::stats::{Counts, Interval, Noise, SideRuns};
+use super::tally::{tally, Tally, Weights};
 use super::{Side, SideKind};
 
-/// A function's shares of one side's total weight, in percent (0–100).
+/// A function's shares of one side's program samples, in percent (0–100).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Shares {
     /// Weight of samples whose leaf is the function.
     pub self_pct: f64,
     /// Weight of samples with the function anywhere in the stack, each counted once.
     pub total_pct: f64,
+}
+
+/// A function's CPU time on one side: the mean over the side's runs, in
+/// nanoseconds (blocked nanoseconds for off-CPU recordings).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Times {
+    /// Time in samples whose leaf is the function.
+    pub self_ns: f64,
+    /// Time in samples with the function anywhere in the stack.
+    pub total_ns: f64,
+}
+
+/// What the comparison concluded for one function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its total time (its total share when the sides have no time) grew by
+    /// more than noise explains.
+    Grew,
+    /// It shrank by more than noise explains.
+    Shrank,
+    /// Within the interval noise alone gives.
+    Noise,
+}
+
+impl Verdict {
+    /// The word used in the JSON and the Markdown report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Grew => "grew",
+            Verdict::Shrank => "shrank",
+            Verdict::Noise => "noise",
+        }
+    }
 }
 
 /// How one function changed from BASE to NEW.
@@ -26,7 +60,7 @@ pub struct FunctionDiff {
     pub name: String,
     /// Module basename, or empty when unknown (folded text).
     pub module: String,
-    /// Shares in BASE.
+    /// Shares in BASE (of all its runs' program samples).
     pub base: Shares,
     /// Shares in NEW.
     pub new: Shares,
@@ -34,6 +68,32 @@ pub struct FunctionDiff {
     pub self_delta_pct: f64,
     /// `new.total_pct - base.total_pct`, in percentage points.
     pub total_delta_pct: f64,
+    /// Mean time per run in BASE, when both sides have time.
+    pub base_time: Option<Times>,
+    /// Mean time per run in NEW, when both sides have time.
+    pub new_time: Option<Times>,
+    /// Change of the total time in percent, with its 99% interval.
+    pub time_change: Option<Interval>,
+    /// Change of the total share in points, with its 99% interval.
+    pub share_change: Interval,
+    /// Grew, shrank or noise: by time when both sides have it, else by share.
+    pub verdict: Verdict,
+    /// The smallest total-time growth (percent) the gate catches four times
+    /// in five for this function, given the time threshold (0 without one).
+    pub detectable_time_pct: Option<f64>,
+    /// The same for total share, in points.
+    pub detectable_share_pts: f64,
+    /// Which gate this function trips, if any.
+    pub trips: Option<Trip>,
+}
+
+/// Which threshold a function crossed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trip {
+    /// Its total time grew beyond noise and above `--fail-time-above`.
+    Time,
+    /// Its total share grew beyond noise and above `--fail-above`.
+    Share,
 }
 
 impl FunctionDiff {
@@ -46,63 +106,300 @@ impl FunctionDiff {
     pub fn vanished(&self) -> bool {
         self.new.total_pct == 0.0 && self.base.total_pct > 0.0
     }
+
+    /// What makes functions indistinguishable in a report: the same self
+    /// and total weight on both sides (a chain of callers such as `_start`,
+    /// `main`, … that every sample passes through together).
+    fn same_samples_key(&self) -> [u64; 4] {
+        [
+            self.base.self_pct.to_bits(),
+            self.base.total_pct.to_bits(),
+            self.new.self_pct.to_bits(),
+            self.new.total_pct.to_bits(),
+        ]
+    }
+
+    /// Added total time per run in nanoseconds (NEW − BASE), when known.
+    pub fn added_ns(&self) -> Option<f64> {
+        Some(self.new_time?.total_ns - self.base_time?.total_ns)
+    }
+}
+
+/// The gate's thresholds. A function trips it when its change is outside
+/// its interval *and* above the threshold.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Gate {
+    /// `--fail-above`: growth of total share, in points.
+    pub share_pts: Option<f64>,
+    /// `--fail-time-above`: growth of total time, in percent.
+    pub time_pct: Option<f64>,
+}
+
+impl Gate {
+    /// Whether any threshold is set.
+    pub fn is_set(&self) -> bool {
+        self.share_pts.is_some() || self.time_pct.is_some()
+    }
+}
+
+/// How to compare.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiffOptions {
+    /// Count samples in interrupt context as the program's.
+    pub keep_interrupts: bool,
+    /// The run-to-run spread of the program's time assumed when no side has
+    /// two runs, as a fraction (0.05 = 5%).
+    pub assumed_run_spread: f64,
+    /// The gate.
+    pub gate: Gate,
+}
+
+/// The default assumed run-to-run spread of a CPU-bound program's time: 5%.
+pub const DEFAULT_RUN_SPREAD: f64 = 0.05;
+
+impl Default for DiffOptions {
+    fn default() -> Self {
+        DiffOptions {
+            keep_interrupts: false,
+            assumed_run_spread: DEFAULT_RUN_SPREAD,
+            gate: Gate::default(),
+        }
+    }
+}
+
+/// The whole program's time on both sides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProgramTime {
+    /// Mean CPU time per run of BASE's program samples, ns.
+    pub base_ns: f64,
+    /// The same for NEW.
+    pub new_ns: f64,
+    /// Its change in percent, with its 99% interval.
+    pub change: Interval,
 }
 
 /// Two profiles compared function by function.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diff {
-    /// Total weight of BASE (samples, or ns for off-CPU recordings).
+    /// Total weight of BASE, all runs (samples, or ns for off-CPU recordings).
     pub base_samples: u64,
     /// Total weight of NEW.
     pub new_samples: u64,
+    /// Runs compared on each side.
+    pub base_runs: usize,
+    /// Runs of NEW.
+    pub new_runs: usize,
+    /// Share of each side's weight taken in interrupt context (percent),
+    /// left out of the functions (0 with `keep_interrupts`).
+    pub base_interrupt_pct: f64,
+    /// The same for NEW.
+    pub new_interrupt_pct: f64,
+    /// The program's time, when both sides have time.
+    pub time: Option<ProgramTime>,
+    /// The noise this comparison measured or assumed.
+    pub noise: Noise,
+    /// The gate it was judged by.
+    pub gate: Gate,
+    /// What the reader should know about the method's inputs (one run per
+    /// side, no time, different frequencies), one sentence each.
+    pub notes: Vec<String>,
     /// Every function of either side, largest total change first (then
     /// largest self change, name, module).
     pub functions: Vec<FunctionDiff>,
 }
 
-/// Self and total weight of one function on one side.
-#[derive(Debug, Clone, Copy, Default)]
-struct Weights {
-    self_w: u64,
-    total_w: u64,
+/// One side, tallied per run.
+struct Tallied {
+    runs: Vec<Tally>,
+    /// Effective samples per unit of weight, per run.
+    samples_per_weight: Vec<f64>,
+    /// Nanoseconds per unit of weight, per run (`None`: no time).
+    ns_per_weight: Option<Vec<f64>>,
+}
+
+impl Tallied {
+    fn new(side: &Side, keep_interrupts: bool) -> Tallied {
+        let runs: Vec<Tally> = side
+            .runs
+            .iter()
+            .map(|r| tally(&r.stacks, keep_interrupts))
+            .collect();
+        let samples_per_weight = side
+            .runs
+            .iter()
+            .map(|r| {
+                let w = r.weight();
+                if w == 0 {
+                    1.0
+                } else {
+                    r.samples.max(1) as f64 / w as f64
+                }
+            })
+            .collect();
+        let ns_per_weight = side.runs.iter().map(|r| r.ns_per_weight).collect();
+        Tallied {
+            runs,
+            samples_per_weight,
+            ns_per_weight,
+        }
+    }
+
+    fn program_samples(&self) -> f64 {
+        self.runs
+            .iter()
+            .zip(&self.samples_per_weight)
+            .map(|(t, s)| t.program as f64 * s)
+            .sum()
+    }
+
+    fn weight_of(&self, f: &dyn Fn(&Tally) -> u64) -> u64 {
+        self.runs.iter().fold(0u64, |a, t| a.saturating_add(f(t)))
+    }
+
+    /// Effective samples of `w(run)` summed over the runs.
+    fn samples_of(&self, w: &dyn Fn(&Tally) -> u64) -> f64 {
+        self.runs
+            .iter()
+            .zip(&self.samples_per_weight)
+            .map(|(t, s)| w(t) as f64 * s)
+            .sum()
+    }
+
+    /// Mean time per run of `w(run)`, in ns.
+    fn time_of(&self, w: &dyn Fn(&Tally) -> u64) -> Option<f64> {
+        let ns = self.ns_per_weight.as_ref()?;
+        let sum: f64 = self.runs.iter().zip(ns).map(|(t, n)| w(t) as f64 * n).sum();
+        Some(sum / self.runs.len().max(1) as f64)
+    }
+
+    fn counts(&self, w: &dyn Fn(&Tally) -> u64) -> Counts {
+        let program = self.program_samples();
+        let ns_per_sample = match self.time_of(&|t| t.program) {
+            Some(t) if program > 0.0 => t * self.runs.len() as f64 / program,
+            _ => 1.0,
+        };
+        Counts {
+            function: self.samples_of(w),
+            program,
+            runs: self.runs.len() as f64,
+            ns_per_sample,
+        }
+    }
+
+    /// The per-run numbers [`Noise::measure`] needs, for `names`.
+    fn side_runs(&self, names: &[&String]) -> SideRuns {
+        let totals = self
+            .runs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let samples = t.program as f64 * self.samples_per_weight[i];
+                let time = match &self.ns_per_weight {
+                    Some(ns) => t.program as f64 * ns[i],
+                    None => samples,
+                };
+                (time, samples)
+            })
+            .collect();
+        let per_function = names
+            .iter()
+            .map(|name| {
+                self.runs
+                    .iter()
+                    .zip(&self.samples_per_weight)
+                    .map(|(t, s)| t.functions.get(*name).map_or(0.0, |w| w.total_w as f64 * s))
+                    .collect()
+            })
+            .collect();
+        SideRuns {
+            totals,
+            per_function,
+        }
+    }
 }
 
 impl Diff {
-    /// Compares `new` against `base`.
+    /// Compares `new` against `base` with the default options and no gate.
     pub fn new(base: &Side, new: &Side) -> Diff {
-        let base_total = base.total();
-        let new_total = new.total();
-        let (base_w, new_w) = match (&base.functions, &new.functions) {
-            (Some(b), Some(n)) => (by_module(b), by_module(n)),
-            _ => {
-                let labels = module_labels([base, new]);
-                let label = |m: HashMap<String, Weights>| {
-                    m.into_iter()
-                        .map(|(name, w)| {
-                            let module = labels.get(name.as_str()).cloned().unwrap_or_default();
-                            ((name, module), w)
-                        })
-                        .collect::<HashMap<_, _>>()
-                };
-                (label(by_name(&base.stacks)), label(by_name(&new.stacks)))
-            }
-        };
+        Diff::compare(base, new, &DiffOptions::default())
+    }
 
-        let mut keys: Vec<&(String, String)> = base_w.keys().chain(new_w.keys()).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let mut functions: Vec<FunctionDiff> = keys
-            .into_iter()
-            .map(|key| {
-                let b = shares(base_w.get(key), base_total);
-                let n = shares(new_w.get(key), new_total);
+    /// Compares `new` against `base`.
+    pub fn compare(base: &Side, new: &Side, opts: &DiffOptions) -> Diff {
+        let b = Tallied::new(base, opts.keep_interrupts);
+        let n = Tallied::new(new, opts.keep_interrupts);
+        let timed = b.ns_per_weight.is_some() && n.ns_per_weight.is_some();
+
+        let names: BTreeSet<&String> = b
+            .runs
+            .iter()
+            .chain(&n.runs)
+            .flat_map(|t| t.functions.keys())
+            .collect();
+        let names: Vec<&String> = names.into_iter().collect();
+        let noise = Noise::measure(
+            [&b.side_runs(&names), &n.side_runs(&names)],
+            opts.assumed_run_spread,
+        );
+        let labels = module_labels([base, new]);
+
+        let program = |s: &Tallied| s.weight_of(&|t| t.program);
+        let (bp, np) = (program(&b), program(&n));
+        let time = timed.then(|| {
+            let bc = b.counts(&|t| t.program);
+            let nc = n.counts(&|t| t.program);
+            ProgramTime {
+                base_ns: b.time_of(&|t| t.program).unwrap_or(0.0),
+                new_ns: n.time_of(&|t| t.program).unwrap_or(0.0),
+                change: noise.time_change(&bc, &nc),
+            }
+        });
+
+        let mut functions: Vec<FunctionDiff> = names
+            .iter()
+            .map(|name| {
+                let self_w = |t: &Tally| weights(t, name).self_w;
+                let total_w = |t: &Tally| weights(t, name).total_w;
+                let b_shares = shares(b.weight_of(&self_w), b.weight_of(&total_w), bp);
+                let n_shares = shares(n.weight_of(&self_w), n.weight_of(&total_w), np);
+                let (bc, nc) = (b.counts(&total_w), n.counts(&total_w));
+                let times = |s: &Tallied| -> Option<Times> {
+                    Some(Times {
+                        self_ns: s.time_of(&self_w)?,
+                        total_ns: s.time_of(&total_w)?,
+                    })
+                };
+                let time_change = timed.then(|| noise.time_change(&bc, &nc));
+                let share_change = noise.share_change(&bc, &nc);
+                let decisive = time_change.unwrap_or(share_change);
+                let verdict = if decisive.grew() {
+                    Verdict::Grew
+                } else if decisive.shrank() {
+                    Verdict::Shrank
+                } else {
+                    Verdict::Noise
+                };
+                let trips = trip(&opts.gate, time_change.as_ref(), &share_change);
                 FunctionDiff {
-                    name: key.0.clone(),
-                    module: key.1.clone(),
-                    base: b,
-                    new: n,
-                    self_delta_pct: n.self_pct - b.self_pct,
-                    total_delta_pct: n.total_pct - b.total_pct,
+                    name: (*name).clone(),
+                    module: labels.get(name.as_str()).cloned().unwrap_or_default(),
+                    base: b_shares,
+                    new: n_shares,
+                    self_delta_pct: n_shares.self_pct - b_shares.self_pct,
+                    total_delta_pct: n_shares.total_pct - b_shares.total_pct,
+                    base_time: if timed { times(&b) } else { None },
+                    new_time: if timed { times(&n) } else { None },
+                    time_change,
+                    share_change,
+                    verdict,
+                    detectable_time_pct: timed
+                        .then(|| noise.detectable_time(&bc, opts.gate.time_pct.unwrap_or(0.0))),
+                    detectable_share_pts: noise.detectable_share(
+                        &bc,
+                        nc.program,
+                        opts.gate.share_pts.unwrap_or(0.0),
+                    ),
+                    trips,
                 }
             })
             .collect();
@@ -112,9 +409,26 @@ impl Diff {
                 .then_with(|| a.name.cmp(&b.name))
                 .then_with(|| a.module.cmp(&b.module))
         });
+
+        let pct_of = |part: u64, whole: u64| {
+            if whole == 0 {
+                0.0
+            } else {
+                part as f64 * 100.0 / whole as f64
+            }
+        };
+        let (bt, nt) = (base.total(), new.total());
         Diff {
-            base_samples: base_total,
-            new_samples: new_total,
+            base_samples: bt,
+            new_samples: nt,
+            base_runs: base.runs.len(),
+            new_runs: new.runs.len(),
+            base_interrupt_pct: pct_of(b.weight_of(&|t| t.machine), bt),
+            new_interrupt_pct: pct_of(n.weight_of(&|t| t.machine), nt),
+            time,
+            noise,
+            gate: opts.gate,
+            notes: notes(base, new, timed, &noise, opts),
             functions,
         }
     }
@@ -125,7 +439,19 @@ impl Diff {
             .retain(|f| f.base.total_pct >= pct || f.new.total_pct >= pct);
     }
 
-    /// Functions whose total share grew by more than `pct` points, largest first.
+    /// Functions that trip the gate, largest added time (or share) first.
+    pub fn tripped(&self) -> Vec<&FunctionDiff> {
+        let mut out: Vec<&FunctionDiff> = self
+            .functions
+            .iter()
+            .filter(|f| f.trips.is_some())
+            .collect();
+        out.sort_by(|a, b| by_growth(b, a));
+        out
+    }
+
+    /// Functions whose total share grew by more than `pct` points, largest
+    /// first, whether or not the growth is beyond noise.
     pub fn grew_more_than(&self, pct: f64) -> Vec<&FunctionDiff> {
         let mut grew: Vec<&FunctionDiff> = self
             .functions
@@ -137,12 +463,117 @@ impl Diff {
     }
 }
 
+/// `fs` in groups of functions with the same samples on both sides, in
+/// the order each group first appears, each group in name order (shortest
+/// first): a report shows a group as one row.
+pub fn same_samples_groups<'a>(fs: &[&'a FunctionDiff]) -> Vec<Vec<&'a FunctionDiff>> {
+    let mut index: HashMap<[u64; 4], usize> = HashMap::new();
+    let mut groups: Vec<Vec<&FunctionDiff>> = Vec::new();
+    for f in fs {
+        let i = *index.entry(f.same_samples_key()).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[i].push(f);
+    }
+    for g in &mut groups {
+        g.sort_by(|a, b| (a.name.len(), &a.name).cmp(&(b.name.len(), &b.name)));
+    }
+    groups
+}
+
+/// A group's name: its first function, and how many more share its samples.
+pub fn group_name(group: &[&FunctionDiff]) -> (String, usize) {
+    (
+        group.first().map(|f| f.name.clone()).unwrap_or_default(),
+        group.len().saturating_sub(1),
+    )
+}
+
+/// Ascending by added time when known, else by total share change.
+pub(super) fn by_growth(a: &FunctionDiff, b: &FunctionDiff) -> Ordering {
+    let key = |f: &FunctionDiff| f.added_ns().unwrap_or(f.total_delta_pct);
+    key(a)
+        .partial_cmp(&key(b))
+        .unwrap_or(Ordering::Equal)
+        .then_with(|| {
+            a.total_delta_pct
+                .partial_cmp(&b.total_delta_pct)
+                .unwrap_or(Ordering::Equal)
+        })
+        .then_with(|| b.name.cmp(&a.name))
+}
+
+fn trip(gate: &Gate, time: Option<&Interval>, share: &Interval) -> Option<Trip> {
+    if let (Some(limit), Some(t)) = (gate.time_pct, time) {
+        if t.grew() && t.estimate > limit {
+            return Some(Trip::Time);
+        }
+    }
+    match gate.share_pts {
+        Some(limit) if share.grew() && share.estimate > limit => Some(Trip::Share),
+        _ => None,
+    }
+}
+
+fn weights(t: &Tally, name: &str) -> Weights {
+    t.functions.get(name).copied().unwrap_or_default()
+}
+
+fn notes(base: &Side, new: &Side, timed: bool, noise: &Noise, opts: &DiffOptions) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !timed {
+        let why = |s: &Side| {
+            s.runs
+                .iter()
+                .find(|r| r.ns_per_weight.is_none())
+                .map(|r| match &r.event {
+                    None => format!("{} is folded text", r.label),
+                    Some(e) => format!("{} records {e}, which has no fixed period", r.label),
+                })
+        };
+        let reason = why(base).or_else(|| why(new)).unwrap_or_default();
+        let gate = if opts.gate.time_pct.is_some() {
+            " --fail-time-above cannot apply."
+        } else {
+            ""
+        };
+        notes.push(format!(
+            "{reason}: no CPU time, so shares are compared (changes in time that move every \
+             function alike are invisible).{gate}"
+        ));
+    } else if noise.run_spread_df.is_none() {
+        notes.push(format!(
+            "One run per side: the spread of the program's time between runs cannot be \
+             measured, so {:.1}% is assumed (--run-spread); record 3 or more runs per side \
+             to measure it.",
+            noise.run_spread * 100.0
+        ));
+    }
+    let freqs: BTreeSet<u64> = base
+        .runs
+        .iter()
+        .chain(&new.runs)
+        .filter(|r| r.event.is_some())
+        .map(|r| r.frequency_hz)
+        .collect();
+    if timed && freqs.len() > 1 {
+        let list: Vec<String> = freqs.iter().map(|f| format!("{f} Hz")).collect();
+        notes.push(format!(
+            "The recordings sample at different frequencies ({}): times are compared in \
+             nanoseconds, and the sparser ones resolve less.",
+            list.join(", ")
+        ));
+    }
+    notes
+}
+
 /// Descending order of two finite numbers.
 fn desc(a: f64, b: f64) -> Ordering {
     b.partial_cmp(&a).unwrap_or(Ordering::Equal)
 }
 
-fn shares(w: Option<&Weights>, total: u64) -> Shares {
+fn shares(self_w: u64, total_w: u64, total: u64) -> Shares {
     let pct = |x: u64| {
         if total == 0 {
             0.0
@@ -150,51 +581,10 @@ fn shares(w: Option<&Weights>, total: u64) -> Shares {
             x as f64 * 100.0 / total as f64
         }
     };
-    let w = w.copied().unwrap_or_default();
     Shares {
-        self_pct: pct(w.self_w),
-        total_pct: pct(w.total_w),
+        self_pct: pct(self_w),
+        total_pct: pct(total_w),
     }
-}
-
-/// A recording's statistics keyed by (name, module). Two symbols can share
-/// both (local functions of the same name); their weights add up, the total
-/// capped at what the stacks allow.
-fn by_module(functions: &[FunctionStats]) -> HashMap<(String, String), Weights> {
-    let mut out: HashMap<(String, String), Weights> = HashMap::with_capacity(functions.len());
-    for f in functions {
-        let w = out.entry((f.name.clone(), f.module.clone())).or_default();
-        w.self_w = w.self_w.saturating_add(f.self_weight);
-        w.total_w = w.total_w.saturating_add(f.total_weight);
-    }
-    out
-}
-
-/// Per function name: self weight (leaf frame) and total weight (anywhere
-/// below the root, once per stack however often it recurs).
-fn by_name(stacks: &[(String, u64)]) -> HashMap<String, Weights> {
-    let mut out: HashMap<String, Weights> = HashMap::new();
-    let mut frames: Vec<&str> = Vec::new();
-    for (line, weight) in stacks {
-        frames.clear();
-        // The first frame is the root (process or thread), not a function.
-        frames.extend(line.split(';').skip(1));
-        let Some(&leaf) = frames.last() else {
-            continue;
-        };
-        let e = out.entry(leaf.to_string()).or_default();
-        e.self_w = e.self_w.saturating_add(*weight);
-        frames.sort_unstable();
-        frames.dedup();
-        for f in &frames {
-            let e = match out.get_mut(*f) {
-                Some(e) => e,
-                None => out.entry((*f).to_string()).or_default(),
-            };
-            e.total_w = e.total_w.saturating_add(*weight);
-        }
-    }
-    out
 }
 
 /// For names that recordings among `sides` place in exactly one module, that module.
@@ -226,6 +616,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::FunctionStats;
 
     fn side(text: &str) -> Side {
         Side::from_folded(text.as_bytes(), Path::new("t")).unwrap()
@@ -338,7 +729,7 @@ mod tests {
     }
 
     #[test]
-    fn recordings_keep_modules_apart_and_label_folded_names() {
+    fn functions_are_matched_by_name_and_labelled_with_a_unique_module() {
         let rec = |stacks: &str, functions: Vec<FunctionStats>| {
             let mut s = side(stacks);
             s.kind = SideKind::Recording;
@@ -351,19 +742,6 @@ mod tests {
             self_weight: w,
             total_weight: w,
         };
-        let base = rec(
-            "p;main 5\nq;main 5\n",
-            vec![stat("main", "p", 5), stat("main", "q", 5)],
-        );
-        let new = rec("p;main 10\n", vec![stat("main", "p", 10)]);
-        let d = Diff::new(&base, &new);
-        assert_eq!(d.functions.len(), 2);
-        let q = d.functions.iter().find(|f| f.module == "q").unwrap();
-        check(q, (50.0, 50.0), (0.0, 0.0));
-        let p = d.functions.iter().find(|f| f.module == "p").unwrap();
-        check(p, (50.0, 50.0), (100.0, 100.0));
-
-        // Against folded text: matched by name, labelled with the recording's module.
         let new = rec(
             "p;main;work 10\n",
             vec![stat("main", "p", 10), stat("work", "libw.so", 10)],
@@ -371,9 +749,91 @@ mod tests {
         let d = Diff::new(&side("x;main;work 1\n"), &new);
         assert_eq!(get(&d, "work").module, "libw.so");
         assert_eq!(get(&d, "main").module, "p");
-        // `main` has two modules in `base`, so no label.
+        // `main` of two modules: one function, no label.
+        let base = rec(
+            "p;main 5\nq;main 5\n",
+            vec![stat("main", "p", 5), stat("main", "q", 5)],
+        );
         let d = Diff::new(&base, &side("x;main 1\n"));
         assert_eq!(d.functions.len(), 1);
         assert_eq!(get(&d, "main").module, "");
+        check(get(&d, "main"), (100.0, 100.0), (100.0, 100.0));
+    }
+
+    fn runs(texts: &[&str]) -> Side {
+        Side::merge(texts.iter().map(|t| side(t)).collect())
+    }
+
+    #[test]
+    fn several_runs_merge_their_stacks_and_count_as_runs() {
+        let base = runs(&["p;a 30\np;b 70\n", "p;a 32\np;b 68\n", "p;a 29\np;b 71\n"]);
+        assert_eq!(base.runs.len(), 3);
+        assert_eq!(base.stacks, vec![("p;a".into(), 91), ("p;b".into(), 209)]);
+        let d = Diff::new(&base, &runs(&["p;a 31\np;b 69\n"]));
+        assert_eq!((d.base_runs, d.new_runs), (3, 1));
+        assert_eq!(d.base_samples, 300);
+        // Folded text: no time, shares only, and a note says so.
+        assert!(d.time.is_none());
+        assert!(get(&d, "a").time_change.is_none());
+        assert!(
+            d.notes.iter().any(|n| n.contains("no CPU time")),
+            "{:?}",
+            d.notes
+        );
+    }
+
+    #[test]
+    fn interrupt_samples_are_left_out_and_never_top_the_regressions() {
+        let base = side("p;main;work 1000\np;main;work;asm_sysvec_reschedule_ipi;schedule 5\n");
+        let new = side("p;main;work 1000\np;main;work;asm_sysvec_reschedule_ipi;schedule 60\n");
+        let gate = Gate {
+            share_pts: Some(0.5),
+            time_pct: None,
+        };
+        let opts = DiffOptions {
+            gate,
+            ..DiffOptions::default()
+        };
+        let d = Diff::compare(&base, &new, &opts);
+        assert!(d.functions.iter().all(|f| f.name != "schedule"));
+        assert!(d.tripped().is_empty(), "{:?}", d.tripped());
+        assert!((d.new_interrupt_pct - 60.0 / 10.6).abs() < 1e-9);
+        let kept = Diff::compare(
+            &base,
+            &new,
+            &DiffOptions {
+                keep_interrupts: true,
+                ..opts
+            },
+        );
+        assert_eq!(kept.tripped()[0].name, "asm_sysvec_reschedule_ipi");
+    }
+
+    #[test]
+    fn the_share_gate_trips_only_beyond_noise_and_above_the_threshold() {
+        let gate = |pts| DiffOptions {
+            gate: Gate {
+                share_pts: Some(pts),
+                time_pct: None,
+            },
+            ..DiffOptions::default()
+        };
+        // 10,000 samples a side, 30% → 33%: 3 points, 4.5 standard errors.
+        let base = side("p;a 3000\np;b 7000\n");
+        let new = side("p;a 3300\np;b 6700\n");
+        let d = Diff::compare(&base, &new, &gate(1.0));
+        let names: Vec<&str> = d.tripped().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["a"]);
+        assert_eq!(get(&d, "a").verdict, Verdict::Grew);
+        assert_eq!(get(&d, "b").verdict, Verdict::Shrank);
+        assert!(Diff::compare(&base, &new, &gate(5.0)).tripped().is_empty());
+        // The same 3 points on 100 samples a side: noise.
+        let d = Diff::compare(
+            &side("p;a 30\np;b 70\n"),
+            &side("p;a 33\np;b 67\n"),
+            &gate(1.0),
+        );
+        assert!(d.tripped().is_empty());
+        assert_eq!(get(&d, "a").verdict, Verdict::Noise);
     }
 }

@@ -54,8 +54,11 @@
 mod compare;
 mod folded;
 mod report;
+mod stats;
 mod svg;
+mod tally;
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -64,11 +67,17 @@ use thiserror::Error;
 
 use crate::{FoldError, FoldOptions, FunctionStats, Profile};
 
-pub use compare::{Diff, FunctionDiff, Shares};
+pub use compare::{
+    group_name, same_samples_groups, Diff, DiffOptions, FunctionDiff, Gate, ProgramTime, Shares,
+    Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
+};
 pub use report::{write_diff_json, write_diff_markdown, MarkdownOptions, DIFF_SCHEMA};
+pub use stats::{Interval, Noise, CONFIDENCE_PCT};
 pub use svg::{write_diff_svg, SvgOptions};
+pub use tally::is_interrupt_entry;
 
-/// Why a side of a diff could not be loaded. Each renders as one line.
+/// Why a side of a diff could not be loaded or compared. Each renders as
+/// one line.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum DiffError {
@@ -93,39 +102,91 @@ pub enum DiffError {
         /// What is wrong with the line.
         reason: String,
     },
+    /// A side has no samples: a gate must not pass on nothing.
+    #[error("{side} holds no samples ({inputs}): nothing to compare")]
+    Empty {
+        /// `BASE` or `NEW`.
+        side: &'static str,
+        /// Its inputs, comma-separated.
+        inputs: String,
+    },
+    /// The inputs measured different things.
+    #[error("{first} records {first_what} and {second} records {second_what}: {advice}")]
+    Mismatch {
+        /// One input.
+        first: String,
+        /// What it records.
+        first_what: String,
+        /// Another input.
+        second: String,
+        /// What that records.
+        second_what: String,
+        /// What to do.
+        advice: &'static str,
+    },
 }
 
 /// Where a side's numbers came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SideKind {
-    /// A `.frec` recording: functions carry their module.
+    /// `.frec` recordings: functions carry their module.
     Recording,
-    /// Folded text: functions are names only.
+    /// Folded text (at least one input): functions are names only.
     Folded,
 }
 
-/// One side of a diff (BASE or NEW): folded stacks and, for recordings,
-/// per-function statistics with modules.
+/// One input of a side: one run of the program.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The input's name (its path).
+    pub label: String,
+    /// Its distinct stacks with their weight, sorted by line.
+    pub stacks: Vec<(String, u64)>,
+    /// The recording's event (`cpu-clock`, `off-cpu`, …); `None` for folded text.
+    pub event: Option<String>,
+    /// Requested samples per second (0 when not sampled by frequency).
+    pub frequency_hz: u64,
+    /// CPU (or blocked) nanoseconds one unit of weight stands for: the
+    /// period of a clock event sampled by frequency, 1 for `ns` weights;
+    /// `None` when the input has no time (folded text, hardware events).
+    pub ns_per_weight: Option<f64>,
+    /// Samples (equal to the weight for folded text and counted events).
+    pub samples: u64,
+}
+
+impl Run {
+    /// Sum of the stack weights.
+    pub fn weight(&self) -> u64 {
+        self.stacks
+            .iter()
+            .fold(0u64, |acc, (_, w)| acc.saturating_add(*w))
+    }
+}
+
+/// One side of a diff (BASE or NEW): one or more runs, and their stacks
+/// merged (summed) for the outputs that draw one profile.
 #[derive(Debug, Clone)]
 pub struct Side {
-    /// Whether this came from a recording or from folded text.
+    /// Folded text as soon as one input is.
     pub kind: SideKind,
-    /// Distinct stacks `root;frame;...;leaf` with their weight, sorted by line;
-    /// no zero weights.
+    /// Distinct stacks `root;frame;...;leaf` with their weight summed over
+    /// the runs, sorted by line; no zero weights.
     pub stacks: Vec<(String, u64)>,
-    /// Per-function statistics from the recording (`None` for folded text).
+    /// Per-function statistics of the recordings (`None` when an input is
+    /// folded text); used to label functions with their module.
     pub functions: Option<Vec<FunctionStats>>,
     /// What a count means (`samples`, or `ns` for off-CPU recordings).
     pub weight_unit: String,
     /// Things the user should know (truncated recording, missing binaries),
     /// one line each without a prefix.
     pub warnings: Vec<String>,
+    /// The runs, in the order given.
+    pub runs: Vec<Run>,
 }
 
 impl Side {
     /// Loads `path`: a recording when it starts with the `FLAMEREC` magic (or
-    /// is a perf.data file, which folding refuses with its own message),
-    /// folded text otherwise.
+    /// is a perf.data file), folded text otherwise.
     pub fn load(path: &Path, opts: &FoldOptions) -> Result<Side, DiffError> {
         let read_err = |source| DiffError::Read {
             path: path.to_path_buf(),
@@ -137,25 +198,116 @@ impl Side {
             .take(8)
             .read_to_end(&mut magic)
             .map_err(read_err)?;
-        if magic == flamerec_format::MAGIC || magic == b"PERFILE2" {
+        let mut side = if magic == flamerec_format::MAGIC || magic == b"PERFILE2" {
             drop(file);
             let profile = crate::fold_recording(path, opts)?;
-            return Ok(Side::from_profile(profile));
+            Side::from_profile(profile)
+        } else {
+            // Read the whole file again from the start, through one reader.
+            let file = File::open(path).map_err(read_err)?;
+            Side::from_folded(BufReader::new(file), path)?
+        };
+        for run in &mut side.runs {
+            run.label = path.display().to_string();
         }
-        // Read the whole file again from the start, through one reader.
-        let file = File::open(path).map_err(read_err)?;
-        Side::from_folded(BufReader::new(file), path)
+        Ok(side)
+    }
+
+    /// Loads every path as one run of the same side and merges them.
+    pub fn load_runs(paths: &[PathBuf], opts: &FoldOptions) -> Result<Side, DiffError> {
+        let mut sides = Vec::with_capacity(paths.len());
+        for path in paths {
+            let mut side = Side::load(path, opts)?;
+            // Name the file in its warnings: several are merged.
+            if paths.len() > 1 {
+                for w in &mut side.warnings {
+                    *w = format!("{}: {w}", path.display());
+                }
+            }
+            sides.push(side);
+        }
+        Ok(Side::merge(sides))
+    }
+
+    /// One side made of the runs of `sides`, their stacks summed.
+    pub fn merge(sides: Vec<Side>) -> Side {
+        let mut kind = SideKind::Recording;
+        let mut weight_unit = String::new();
+        let mut functions: Option<Vec<FunctionStats>> = Some(Vec::new());
+        let mut warnings = Vec::new();
+        let mut runs = Vec::new();
+        for side in sides {
+            if side.kind == SideKind::Folded {
+                kind = SideKind::Folded;
+            }
+            if weight_unit.is_empty() {
+                weight_unit = side.weight_unit;
+            }
+            functions = match (functions, side.functions) {
+                (Some(mut all), Some(f)) => {
+                    all.extend(f);
+                    Some(all)
+                }
+                _ => None,
+            };
+            warnings.extend(side.warnings);
+            runs.extend(side.runs);
+        }
+        if runs.is_empty() {
+            kind = SideKind::Folded;
+        }
+        if weight_unit.is_empty() {
+            weight_unit = "samples".to_string();
+        }
+        let stacks = if runs.len() == 1 {
+            runs[0].stacks.clone()
+        } else {
+            let mut sum: HashMap<&str, u64> = HashMap::new();
+            for run in &runs {
+                for (line, w) in &run.stacks {
+                    let e = sum.entry(line.as_str()).or_insert(0);
+                    *e = e.saturating_add(*w);
+                }
+            }
+            let mut stacks: Vec<(String, u64)> =
+                sum.into_iter().map(|(l, w)| (l.to_string(), w)).collect();
+            stacks.sort_unstable();
+            stacks
+        };
+        Side {
+            kind,
+            stacks,
+            functions: if kind == SideKind::Recording {
+                functions
+            } else {
+                None
+            },
+            weight_unit,
+            warnings,
+            runs,
+        }
     }
 
     /// Parses folded text; `path` only names the input in errors.
     pub fn from_folded<R: io::BufRead>(input: R, path: &Path) -> Result<Side, DiffError> {
         let stacks = folded::parse(input, path)?;
+        let run = Run {
+            label: path.display().to_string(),
+            samples: stacks
+                .iter()
+                .fold(0u64, |acc, (_, w)| acc.saturating_add(*w)),
+            stacks: stacks.clone(),
+            event: None,
+            frequency_hz: 0,
+            ns_per_weight: None,
+        };
         Ok(Side {
             kind: SideKind::Folded,
             stacks,
             functions: None,
             weight_unit: "samples".to_string(),
             warnings: Vec::new(),
+            runs: vec![run],
         })
     }
 
@@ -168,9 +320,18 @@ impl Side {
         warnings.extend(profile.warnings);
         let mut stacks = profile.stacks;
         stacks.retain(|(_, w)| *w > 0);
-        let weight_unit = match profile.metadata.weight_unit.as_str() {
+        let meta = &profile.metadata;
+        let weight_unit = match meta.weight_unit.as_str() {
             "" => "samples".to_string(),
             unit => unit.to_string(),
+        };
+        let run = Run {
+            label: String::new(),
+            stacks: stacks.clone(),
+            event: Some(meta.event.clone()),
+            frequency_hz: meta.frequency_hz,
+            ns_per_weight: ns_per_weight(&meta.event, meta.frequency_hz, &weight_unit),
+            samples: profile.samples,
         };
         Side {
             kind: SideKind::Recording,
@@ -178,6 +339,7 @@ impl Side {
             functions: Some(profile.functions),
             weight_unit,
             warnings,
+            runs: vec![run],
         }
     }
 
@@ -187,4 +349,57 @@ impl Side {
             .iter()
             .fold(0u64, |acc, (_, w)| acc.saturating_add(*w))
     }
+
+    /// The inputs, comma-separated, for messages.
+    pub fn labels(&self) -> String {
+        let labels: Vec<&str> = self.runs.iter().map(|r| r.label.as_str()).collect();
+        labels.join(", ")
+    }
+}
+
+/// The time one unit of weight stands for: a clock event sampled by
+/// frequency fires once per `1/frequency` seconds of CPU time (the kernel
+/// turns a clock event's frequency into that fixed period), and off-CPU
+/// weights are nanoseconds already. Other events have no time.
+fn ns_per_weight(event: &str, frequency_hz: u64, weight_unit: &str) -> Option<f64> {
+    if weight_unit == "ns" {
+        return Some(1.0);
+    }
+    let clock = ["cpu-clock", "task-clock"]
+        .iter()
+        .any(|c| event == *c || event.starts_with(&format!("{c}:")));
+    (clock && frequency_hz > 0).then(|| 1e9 / frequency_hz as f64)
+}
+
+/// Checks that `base` and `new` can be compared: neither is empty, and all
+/// their recordings measured the same event in the same unit.
+pub fn check_comparable(base: &Side, new: &Side) -> Result<(), DiffError> {
+    for (name, side) in [("BASE", base), ("NEW", new)] {
+        if side.runs.is_empty() || side.total() == 0 {
+            return Err(DiffError::Empty {
+                side: name,
+                inputs: side.labels(),
+            });
+        }
+    }
+    let recordings: Vec<&Run> = base
+        .runs
+        .iter()
+        .chain(&new.runs)
+        .filter(|r| r.event.is_some())
+        .collect();
+    if let Some(first) = recordings.first() {
+        for r in &recordings[1..] {
+            if r.event != first.event {
+                return Err(DiffError::Mismatch {
+                    first: first.label.clone(),
+                    first_what: first.event.clone().unwrap_or_default(),
+                    second: r.label.clone(),
+                    second_what: r.event.clone().unwrap_or_default(),
+                    advice: "record every run with the same -e",
+                });
+            }
+        }
+    }
+    Ok(())
 }

@@ -181,6 +181,14 @@ fn random_stacks_of_awkward_frames_are_all_matched() {
                 .collect();
             Side {
                 kind: super::super::SideKind::Folded,
+                runs: vec![super::super::Run {
+                    label: "t".to_string(),
+                    stacks: stacks.clone(),
+                    event: None,
+                    frequency_hz: 0,
+                    ns_per_weight: None,
+                    samples: stacks.iter().map(|s| s.1).sum(),
+                }],
                 stacks,
                 functions: None,
                 weight_unit: "samples".to_string(),

@@ -169,6 +169,59 @@ impl Timeline {
         }
     }
 
+    /// Appends the samples of another recording's timeline (several runs
+    /// merged into one profile), its ids moved past this one's tables. Its
+    /// samples follow this timeline's last one in time, a millisecond
+    /// apart, so time-ordered exports show the runs one after the other;
+    /// its threads stay apart from this one's even when their ids repeat.
+    pub(crate) fn append(&mut self, other: Timeline) {
+        let (funcs, frames, modules) = (
+            self.functions.len() as FuncId,
+            self.frames.len() as FrameId,
+            self.modules.len() as u32,
+        );
+        // Node 0 is the empty stack in both: other's root is ours.
+        let nodes = self.nodes.len().max(1) as StackId - 1;
+        let threads = self.threads.len() as u32;
+        let start = self
+            .samples
+            .last()
+            .map_or(0, |s| s.time_ns.saturating_add(1_000_000))
+            .saturating_sub(other.samples.first().map_or(0, |s| s.time_ns));
+        let node = |id: StackId| if id == 0 { 0 } else { id + nodes };
+        if self.nodes.is_empty() {
+            self.nodes.push((0, 0));
+        }
+        self.functions.extend(other.functions);
+        self.frame_funcs.extend(
+            other
+                .frame_funcs
+                .into_iter()
+                .map(|fs| fs.into_iter().map(|f| f + funcs).collect()),
+        );
+        self.frames.extend(other.frames.into_iter().map(|f| Frame {
+            module: f.module + modules,
+            address: f.address,
+        }));
+        self.modules.extend(other.modules);
+        self.nodes.extend(
+            other
+                .nodes
+                .into_iter()
+                .skip(1)
+                .map(|(parent, frame)| (node(parent), frame + frames)),
+        );
+        self.threads.extend(other.threads);
+        self.samples
+            .extend(other.samples.into_iter().map(|s| TimedSample {
+                time_ns: s.time_ns.saturating_add(start),
+                stack: node(s.stack),
+                thread: s.thread + threads,
+                ..s
+            }));
+        self.inline &= other.inline;
+    }
+
     /// Number of kept samples.
     pub fn len(&self) -> usize {
         self.samples.len()

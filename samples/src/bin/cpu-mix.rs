@@ -1,10 +1,17 @@
 //! cpu-mix: CPU work split across three named functions in fixed proportions.
 //!
-//! Usage: `cpu-mix [--units N] [--slow-gamma K]` (default: about one second of CPU on a
-//! modern core).
+//! Usage: `cpu-mix [--units N] [--slow-gamma K] [--slower FUNC=PCT]...` (default: about
+//! one second of CPU on a modern core).
 //!
 //! `--slow-gamma K` is a deliberate regression for diff tests: `cpu_mix_gamma` does K times
 //! its units per round (K = 3: shares 5/14, 3/14, 6/14 ≈ 36/21/43%).
+//!
+//! `--slower FUNC=PCT` (FUNC `alpha`, `beta`, `gamma` or `all`; PCT a whole percent, 0–1000)
+//! makes each unit of FUNC PCT percent longer: its inner loop runs `1024 × (100 + PCT) / 100`
+//! steps instead of 1024. The regression gate's tests and benchmark use it: `beta=10` makes
+//! `cpu_mix_beta` 10% slower (CPU time 1.10× its own, the whole run 1.03×, shares
+//! 50/33/20 over 1.03 ≈ 48.5/32.0/19.4%); `all=10` makes every function, and the run, 1.10×
+//! slower with the shares unchanged.
 //!
 //! The work is counted in units, not in time: every unit runs the same loop body, so a
 //! profile's self shares follow the unit split exactly — `cpu_mix_alpha` 50%,
@@ -33,6 +40,9 @@ const UNITS_PER_ROUND: u64 = ALPHA_UNITS + BETA_UNITS + GAMMA_UNITS;
 /// Xorshift steps over the whole state per unit: large enough that call overhead is noise.
 const STEPS_PER_UNIT: u32 = 1024;
 
+/// Largest `--slower` percentage.
+const MAX_SLOWER_PCT: u32 = 1000;
+
 type State = [u64; 8];
 
 const SEED: State = [
@@ -53,13 +63,13 @@ const SEED: State = [
 /// caller only so that LLVM cannot merge the functions into one symbol; it is an equally
 /// sized constant, so the cost is identical.
 macro_rules! units_of_work {
-    ($state:expr, $units:expr, $salt:expr) => {
+    ($state:expr, $units:expr, $steps:expr, $salt:expr) => {
         let mut unit = 0;
         while unit < $units {
             // Opaque per unit: the compiler can neither fold units together nor skip one.
             let state: &mut State = black_box(&mut *$state);
             let mut step = 0;
-            while step < STEPS_PER_UNIT {
+            while step < $steps {
                 let mut i = 0;
                 while i < state.len() {
                     let mut x = state[i];
@@ -79,41 +89,59 @@ macro_rules! units_of_work {
 /// 50% of the work.
 #[no_mangle]
 #[inline(never)]
-fn cpu_mix_alpha(state: &mut State, units: u64) {
-    units_of_work!(state, units, 0x9e37_79b9_7f4a_7c15_u64);
+fn cpu_mix_alpha(state: &mut State, units: u64, steps: u32) {
+    units_of_work!(state, units, steps, 0x9e37_79b9_7f4a_7c15_u64);
 }
 
 /// 30% of the work.
 #[no_mangle]
 #[inline(never)]
-fn cpu_mix_beta(state: &mut State, units: u64) {
-    units_of_work!(state, units, 0xbf58_476d_1ce4_e5b9_u64);
+fn cpu_mix_beta(state: &mut State, units: u64, steps: u32) {
+    units_of_work!(state, units, steps, 0xbf58_476d_1ce4_e5b9_u64);
 }
 
 /// 20% of the work.
 #[no_mangle]
 #[inline(never)]
-fn cpu_mix_gamma(state: &mut State, units: u64) {
-    units_of_work!(state, units, 0x94d0_49bb_1331_11eb_u64);
+fn cpu_mix_gamma(state: &mut State, units: u64, steps: u32) {
+    units_of_work!(state, units, steps, 0x94d0_49bb_1331_11eb_u64);
 }
 
-/// Runs `units` units (rounded up to whole rounds; gamma's share times `slow_gamma`) and
-/// returns a checksum of the state.
+/// What the command line asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Args {
+    units: u64,
+    slow_gamma: u64,
+    /// Inner-loop steps per unit of alpha, beta and gamma.
+    steps: [u32; 3],
+}
+
+/// Runs `args.units` units (rounded up to whole rounds; gamma's share times `slow_gamma`)
+/// and returns a checksum of the state.
 #[no_mangle]
 #[inline(never)]
-fn cpu_mix_run(units: u64, slow_gamma: u64) -> u64 {
+fn cpu_mix_run(args: &Args) -> u64 {
     let mut state = SEED;
-    for _ in 0..units.div_ceil(UNITS_PER_ROUND) {
-        cpu_mix_alpha(&mut state, ALPHA_UNITS);
-        cpu_mix_beta(&mut state, BETA_UNITS);
-        cpu_mix_gamma(&mut state, GAMMA_UNITS * slow_gamma);
+    let [alpha, beta, gamma] = args.steps;
+    for _ in 0..args.units.div_ceil(UNITS_PER_ROUND) {
+        cpu_mix_alpha(&mut state, ALPHA_UNITS, alpha);
+        cpu_mix_beta(&mut state, BETA_UNITS, beta);
+        cpu_mix_gamma(&mut state, GAMMA_UNITS * args.slow_gamma, gamma);
     }
     state.iter().fold(0, |acc, word| acc ^ word)
 }
 
-/// `(units, slow_gamma)` from the command line.
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(u64, u64), String> {
-    let (mut units, mut slow_gamma) = (DEFAULT_UNITS, 1);
+/// Steps per unit `pct` percent above [`STEPS_PER_UNIT`].
+fn slower_steps(pct: u32) -> u32 {
+    STEPS_PER_UNIT * (100 + pct) / 100
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut out = Args {
+        units: DEFAULT_UNITS,
+        slow_gamma: 1,
+        steps: [STEPS_PER_UNIT; 3],
+    };
     while let Some(arg) = args.next() {
         let (flag, value) = match arg.split_once('=') {
             Some((flag, value)) => (flag.to_owned(), value.to_owned()),
@@ -122,26 +150,50 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<(u64, u64), Stri
                 (arg, value)
             }
         };
-        let number = value
-            .parse()
-            .map_err(|_| format!("{flag}: {value:?} is not a non-negative integer"))?;
+        let number = |text: &str| {
+            text.parse::<u64>()
+                .map_err(|_| format!("{flag}: {text:?} is not a non-negative integer"))
+        };
         match flag.as_str() {
-            "--units" => units = number,
-            "--slow-gamma" => slow_gamma = number,
+            "--units" => out.units = number(&value)?,
+            "--slow-gamma" => out.slow_gamma = number(&value)?,
+            "--slower" => {
+                let (func, pct) = value
+                    .split_once('=')
+                    .ok_or(format!("--slower: {value:?} is not FUNC=PCT"))?;
+                let pct = u32::try_from(number(pct)?)
+                    .ok()
+                    .filter(|&p| p <= MAX_SLOWER_PCT)
+                    .ok_or(format!("--slower: {pct} is over {MAX_SLOWER_PCT} percent"))?;
+                let which: &[usize] = match func {
+                    "alpha" => &[0],
+                    "beta" => &[1],
+                    "gamma" => &[2],
+                    "all" => &[0, 1, 2],
+                    other => {
+                        return Err(format!(
+                            "--slower: {other:?} is not alpha, beta, gamma or all"
+                        ))
+                    }
+                };
+                for &i in which {
+                    out.steps[i] = slower_steps(pct);
+                }
+            }
             other => return Err(format!("unexpected argument {other:?}")),
         }
     }
-    Ok((units, slow_gamma))
+    Ok(out)
 }
 
 fn main() -> ExitCode {
     match parse_args(std::env::args().skip(1)) {
-        Ok((units, slow_gamma)) => {
-            black_box(cpu_mix_run(units, slow_gamma));
+        Ok(args) => {
+            black_box(cpu_mix_run(&args));
             ExitCode::SUCCESS
         }
         Err(message) => {
-            eprintln!("cpu-mix: {message}\nusage: cpu-mix [--units N] [--slow-gamma K]   (default {DEFAULT_UNITS} units, K = 1)");
+            eprintln!("cpu-mix: {message}\nusage: cpu-mix [--units N] [--slow-gamma K] [--slower alpha|beta|gamma|all=PCT]...   (default {DEFAULT_UNITS} units, K = 1)");
             ExitCode::from(2)
         }
     }

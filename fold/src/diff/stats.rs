@@ -1,0 +1,469 @@
+//! The statistics of the gate: how far a function's CPU time and share can
+//! move between BASE and NEW by noise alone. The method is described in
+//! docs/DESIGN.md (`flamerec diff`, "How the gate tells change from noise");
+//! this module holds its arithmetic and nothing else: no names, no I/O.
+//!
+//! A function's time on a side is its share of the program's samples times
+//! the program's time. The two parts carry different noise:
+//!
+//! - **the share** is binomial: which of the program's samples land in the
+//!   function is a draw per sample. Several runs per side show whether the
+//!   runs' shares spread more than binomial draws would; that excess, pooled
+//!   over every function with enough samples, is the *dispersion* φ ≥ 1 that
+//!   scales every share's variance.
+//! - **the program's time** moves with the machine (other tenants, cache and
+//!   frequency effects): the same work takes a little more or less CPU from
+//!   one run to the next, uniformly across functions. Its variance between
+//!   runs, c², is measured from the spread of the runs' total times within
+//!   each side (pooled, with `Σ (runs − 1)` degrees of freedom); with one run
+//!   per side it cannot be measured and an assumed spread is used instead.
+//!
+//! The log of a function's time ratio then has variance
+//! `φ·[(1−p_b)/n_b + (1−p_n)/n_n] + c²·(1/k_b + 1/k_n) + 1/N_b + 1/N_n`
+//! (n: the function's samples, N: the program's, k: runs, p: shares), and its
+//! interval uses Student's t with Welch–Satterthwaite degrees of freedom
+//! (only c² is estimated from few values). Share changes use the binomial
+//! variance times φ with the normal quantile. Every interval is two-sided 99%.
+
+/// Two-sided confidence of every interval, in percent.
+pub const CONFIDENCE_PCT: f64 = 99.0;
+
+/// Normal quantile for [`CONFIDENCE_PCT`] (0.995 one-sided).
+const Z: f64 = 2.575_829_303_549;
+
+/// One-sided normal quantile of 80% power: a change this many standard errors
+/// beyond the detection limit is caught four times in five.
+const Z_POWER: f64 = 0.841_621_233_573;
+
+/// Student's t quantiles at 0.995 for 1 to 30 degrees of freedom.
+const T_995: [f64; 30] = [
+    63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012,
+    2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779,
+    2.771, 2.763, 2.756, 2.750,
+];
+
+/// Samples a function needs on a side, per run, before its runs' shares count
+/// toward the dispersion: fewer are dominated by the rounding of whole samples.
+const DISPERSION_MIN_SAMPLES: f64 = 30.0;
+
+/// The quantile of Student's t at 0.995 for `df` degrees of freedom: the
+/// table up to 30 (linear in 1/df between entries), a Cornish–Fisher
+/// expansion above, the normal quantile for infinity.
+pub fn t_quantile(df: f64) -> f64 {
+    if !df.is_finite() || df > 1e6 {
+        return Z;
+    }
+    let df = df.max(1.0);
+    if df <= 30.0 {
+        let lo = df.floor();
+        let hi = df.ceil();
+        let q_lo = T_995[lo as usize - 1];
+        if lo == hi {
+            return q_lo;
+        }
+        let q_hi = T_995[hi as usize - 1];
+        let w = (1.0 / lo - 1.0 / df) / (1.0 / lo - 1.0 / hi);
+        return q_lo + w * (q_hi - q_lo);
+    }
+    let z = Z;
+    let (z3, z5) = (z.powi(3), z.powi(5));
+    z + (z3 + z) / (4.0 * df) + (5.0 * z5 + 16.0 * z3 + 3.0 * z) / (96.0 * df * df)
+}
+
+/// An estimate with its two-sided 99% interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    /// The point estimate.
+    pub estimate: f64,
+    /// Lower bound.
+    pub low: f64,
+    /// Upper bound.
+    pub high: f64,
+}
+
+impl Interval {
+    /// The whole interval is above zero: a growth noise does not explain.
+    pub fn grew(&self) -> bool {
+        self.low > 0.0
+    }
+
+    /// The whole interval is below zero.
+    pub fn shrank(&self) -> bool {
+        self.high < 0.0
+    }
+}
+
+/// The noise of one comparison, measured (or assumed) once for all functions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Noise {
+    /// Over-dispersion φ ≥ 1 of the shares between runs (1 when no side has
+    /// two runs).
+    pub dispersion: f64,
+    /// The program's time spread between runs of a side, as a coefficient of
+    /// variation (0.02 = 2%).
+    pub run_spread: f64,
+    /// Degrees of freedom of `run_spread`, or `None` when it was assumed
+    /// (one run per side).
+    pub run_spread_df: Option<f64>,
+}
+
+/// What one side knows of one function: its samples summed over the side's
+/// runs, and the program's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Counts {
+    /// The function's samples (effective: weight over mean sample weight).
+    pub function: f64,
+    /// The program's samples.
+    pub program: f64,
+    /// Runs on the side.
+    pub runs: f64,
+    /// CPU time one sample stands for, in nanoseconds (1 when the side has
+    /// no time: then "time" is samples).
+    pub ns_per_sample: f64,
+}
+
+impl Counts {
+    /// Mean time per run, half a sample when absent.
+    fn time_per_run(&self) -> f64 {
+        self.function.max(0.5) * self.ns_per_sample / self.runs.max(1.0)
+    }
+
+    fn share(&self) -> f64 {
+        if self.program > 0.0 {
+            self.function / self.program
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The measured parts of a side's runs, for [`Noise::measure`].
+#[derive(Debug, Clone, Default)]
+pub struct SideRuns {
+    /// Each run's program time (any unit proportional to CPU time) and
+    /// samples.
+    pub totals: Vec<(f64, f64)>,
+    /// Per function (any order, same function across runs), its samples in
+    /// each run: `per_function[f][run]`.
+    pub per_function: Vec<Vec<f64>>,
+}
+
+impl Noise {
+    /// Measures the dispersion and the run spread from both sides' runs;
+    /// `assumed_spread` is the coefficient of variation used when no side has
+    /// two runs.
+    pub fn measure(sides: [&SideRuns; 2], assumed_spread: f64) -> Noise {
+        // Run spread: pooled within-side variance of ln(program time), less
+        // what the program's own sampling explains (1/N per run).
+        let (mut ss, mut df, mut poisson) = (0.0, 0.0, 0.0);
+        for side in sides {
+            let logs: Vec<f64> = side
+                .totals
+                .iter()
+                .filter(|(t, _)| *t > 0.0)
+                .map(|(t, _)| t.ln())
+                .collect();
+            if logs.len() < 2 {
+                continue;
+            }
+            let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+            ss += logs.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+            df += (logs.len() - 1) as f64;
+            poisson += side
+                .totals
+                .iter()
+                .filter(|(_, n)| *n > 0.0)
+                .map(|(_, n)| (logs.len() - 1) as f64 / logs.len() as f64 / n)
+                .sum::<f64>();
+        }
+        let (run_spread, run_spread_df) = if df > 0.0 {
+            (((ss - poisson) / df).max(0.0).sqrt(), Some(df))
+        } else {
+            (assumed_spread, None)
+        };
+
+        // Dispersion: observed over binomial variance of the per-run shares,
+        // pooled over functions and sides weighted by degrees of freedom.
+        let (mut ratio_sum, mut ratio_df) = (0.0, 0.0);
+        for side in sides {
+            let k = side.totals.len();
+            if k < 2 {
+                continue;
+            }
+            for runs in &side.per_function {
+                if runs.len() != k {
+                    continue;
+                }
+                let shares: Vec<(f64, f64)> = runs
+                    .iter()
+                    .zip(&side.totals)
+                    .map(|(&n, &(_, total))| (if total > 0.0 { n / total } else { 0.0 }, total))
+                    .collect();
+                let mean_n = runs.iter().sum::<f64>() / k as f64;
+                if mean_n < DISPERSION_MIN_SAMPLES {
+                    continue;
+                }
+                let p = shares.iter().map(|s| s.0).sum::<f64>() / k as f64;
+                let observed =
+                    shares.iter().map(|s| (s.0 - p).powi(2)).sum::<f64>() / (k - 1) as f64;
+                let expected = shares
+                    .iter()
+                    .map(|&(_, total)| p * (1.0 - p) / total.max(1.0))
+                    .sum::<f64>()
+                    / k as f64;
+                if expected > 0.0 {
+                    ratio_sum += (k - 1) as f64 * observed / expected;
+                    ratio_df += (k - 1) as f64;
+                }
+            }
+        }
+        let dispersion = if ratio_df > 0.0 {
+            (ratio_sum / ratio_df).max(1.0)
+        } else {
+            1.0
+        };
+        Noise {
+            dispersion,
+            run_spread,
+            run_spread_df,
+        }
+    }
+
+    /// Variance of ln(time ratio) for a function, and the part of it that
+    /// comes from the run spread (for the degrees of freedom).
+    fn time_variance(&self, base: &Counts, new: &Counts) -> (f64, f64) {
+        // Half a sample keeps a function absent from one side finite.
+        let part = |c: &Counts| {
+            let n = c.function.max(0.5);
+            self.dispersion * (1.0 - c.share()).max(0.0) / n + 1.0 / c.program.max(1.0)
+        };
+        let runs = self.run_spread.powi(2) * (1.0 / base.runs + 1.0 / new.runs);
+        (part(base) + part(new) + runs, runs)
+    }
+
+    fn quantile(&self, variance: f64, run_part: f64) -> f64 {
+        match self.run_spread_df {
+            Some(df) if run_part > 0.0 => t_quantile(variance.powi(2) / (run_part.powi(2) / df)),
+            _ => Z,
+        }
+    }
+
+    /// The change of a function's time, in percent. A function absent
+    /// from a side counts half a sample there, so the interval stays finite;
+    /// its estimate is then that bound, not a measured ratio.
+    pub fn time_change(&self, base: &Counts, new: &Counts) -> Interval {
+        let (v, runs) = self.time_variance(base, new);
+        let q = self.quantile(v, runs);
+        let log_ratio = (new.time_per_run() / base.time_per_run()).ln();
+        let pct = |x: f64| (x.exp() - 1.0) * 100.0;
+        Interval {
+            estimate: pct(log_ratio),
+            low: pct(log_ratio - q * v.sqrt()),
+            high: pct(log_ratio + q * v.sqrt()),
+        }
+    }
+
+    /// Standard error of a share change, in points.
+    fn share_se(&self, base: &Counts, new: &Counts) -> f64 {
+        let (pb, pn) = (base.share(), new.share());
+        let (nb, nn) = (base.program.max(1.0), new.program.max(1.0));
+        let unpooled = pb * (1.0 - pb) / nb + pn * (1.0 - pn) / nn;
+        // Under "no change" both sides share one p: never narrower than that.
+        let p = (base.function + new.function) / (nb + nn);
+        let pooled = p * (1.0 - p) * (1.0 / nb + 1.0 / nn);
+        100.0 * (self.dispersion * unpooled.max(pooled)).sqrt()
+    }
+
+    /// The change of a function's share of the program, in points.
+    pub fn share_change(&self, base: &Counts, new: &Counts) -> Interval {
+        let d = 100.0 * (new.share() - base.share());
+        let h = Z * self.share_se(base, new);
+        Interval {
+            estimate: d,
+            low: d - h,
+            high: d + h,
+        }
+    }
+
+    /// The smallest growth of this function's time, in percent, that the
+    /// gate catches four times in five with threshold `threshold_pct`.
+    pub fn detectable_time(&self, base: &Counts, threshold_pct: f64) -> f64 {
+        // As if NEW were like BASE: the resolution this comparison has.
+        let (v, runs) = self.time_variance(base, base);
+        let se = v.sqrt();
+        let limit = (self.quantile(v, runs) * se).max((1.0 + threshold_pct / 100.0).ln());
+        ((limit + Z_POWER * se).exp() - 1.0) * 100.0
+    }
+
+    /// The smallest growth of this function's share, in points, that the
+    /// gate catches four times in five with threshold `threshold_pts`.
+    pub fn detectable_share(&self, base: &Counts, new_program: f64, threshold_pts: f64) -> f64 {
+        let new = Counts {
+            function: base.share() * new_program,
+            program: new_program,
+            ..*base
+        };
+        let se = self.share_se(base, &new);
+        (Z * se).max(threshold_pts) + Z_POWER * se
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_quantiles_match_the_table_and_approach_the_normal() {
+        assert_eq!(t_quantile(4.0), 4.604);
+        assert_eq!(t_quantile(0.3), 63.657);
+        assert!(
+            (t_quantile(40.0) - 2.704).abs() < 0.002,
+            "{}",
+            t_quantile(40.0)
+        );
+        assert!(
+            (t_quantile(120.0) - 2.617).abs() < 0.002,
+            "{}",
+            t_quantile(120.0)
+        );
+        assert_eq!(t_quantile(f64::INFINITY), Z);
+        let q = t_quantile(4.5);
+        assert!(q < 4.604 && q > 4.032, "{q}");
+        // Monotone in df.
+        let mut last = f64::MAX;
+        for df in 1..200 {
+            let q = t_quantile(df as f64 * 0.7);
+            assert!(q <= last, "df {df}");
+            last = q;
+        }
+    }
+
+    fn runs(totals: &[f64], per_function: &[&[f64]]) -> SideRuns {
+        SideRuns {
+            totals: totals.iter().map(|&t| (t, t)).collect(),
+            per_function: per_function.iter().map(|r| r.to_vec()).collect(),
+        }
+    }
+
+    #[test]
+    fn one_run_per_side_assumes_the_spread_and_binomial_shares() {
+        let a = runs(&[1000.0], &[&[300.0]]);
+        let n = Noise::measure([&a, &a], 0.05);
+        assert_eq!(n.run_spread, 0.05);
+        assert_eq!(n.run_spread_df, None);
+        assert_eq!(n.dispersion, 1.0);
+    }
+
+    #[test]
+    fn run_spread_is_measured_within_sides_not_between_them() {
+        // Each side steady (±1%), the sides 30% apart: the spread is about 1%,
+        // and the 30% is the change, not noise.
+        let base = runs(&[1_000_000.0, 1_010_000.0, 990_000.0], &[]);
+        let new = runs(&[1_300_000.0, 1_313_000.0, 1_287_000.0], &[]);
+        let n = Noise::measure([&base, &new], 0.05);
+        assert_eq!(n.run_spread_df, Some(4.0));
+        assert!((n.run_spread - 0.01).abs() < 0.001, "{}", n.run_spread);
+    }
+
+    #[test]
+    fn dispersion_is_one_for_binomial_runs_and_more_for_wider_ones() {
+        // 10,000 samples a run, share 30%: binomial SD 0.46 points. Runs 0.1
+        // points apart are within it (φ floored at 1); 3 points apart are not.
+        let steady = runs(&[10_000.0; 3], &[&[3000.0, 3010.0, 2990.0]]);
+        assert_eq!(Noise::measure([&steady, &steady], 0.05).dispersion, 1.0);
+        let wide = runs(&[10_000.0; 3], &[&[3000.0, 3300.0, 2700.0]]);
+        let phi = Noise::measure([&wide, &wide], 0.05).dispersion;
+        // Observed variance 0.0009 over binomial 0.000021: about 43.
+        assert!((phi - 42.9).abs() < 0.5, "{phi}");
+    }
+
+    fn counts(function: f64, program: f64, runs: f64) -> Counts {
+        Counts {
+            function,
+            program,
+            runs,
+            ns_per_sample: 1e6,
+        }
+    }
+
+    #[test]
+    fn a_time_change_is_told_from_sampling_noise() {
+        let noise = Noise {
+            dispersion: 1.0,
+            run_spread: 0.01,
+            run_spread_df: Some(4.0),
+        };
+        // 3 runs of 4,000 samples; the function 30% of them.
+        let base = counts(3600.0, 12_000.0, 3.0);
+        let same = noise.time_change(&base, &base);
+        assert_eq!(same.estimate, 0.0);
+        assert!(same.low < 0.0 && same.high > 0.0);
+        // About ±6.6% at 99%: sampling (1.7% a side) and the runs' spread.
+        assert!(same.high > 5.0 && same.high < 8.5, "{same:?}");
+        // 10% slower: 3,960 of 12,360 samples, 1.32 s a run.
+        let slower = counts(3960.0, 12_360.0, 3.0);
+        let d = noise.time_change(&base, &slower);
+        assert!((d.estimate - 10.0).abs() < 1e-9, "{d:?}");
+        assert!(d.grew(), "{d:?}");
+        // The same 10% with one run a side and a 5% assumed spread: not resolvable.
+        let one = Noise {
+            dispersion: 1.0,
+            run_spread: 0.05,
+            run_spread_df: None,
+        };
+        let d = one.time_change(&counts(1200.0, 4000.0, 1.0), &counts(1320.0, 4120.0, 1.0));
+        assert!(!d.grew(), "{d:?}");
+    }
+
+    #[test]
+    fn new_and_vanished_functions_have_finite_intervals() {
+        let noise = Noise {
+            dispersion: 1.0,
+            run_spread: 0.02,
+            run_spread_df: None,
+        };
+        let d = noise.time_change(&counts(0.0, 4000.0, 1.0), &counts(50.0, 4000.0, 1.0));
+        assert!(
+            d.estimate.is_finite() && d.low.is_finite() && d.grew(),
+            "{d:?}"
+        );
+        let one = noise.time_change(&counts(0.0, 4000.0, 1.0), &counts(1.0, 4000.0, 1.0));
+        assert!(!one.grew(), "one sample is not evidence: {one:?}");
+        let gone = noise.time_change(&counts(50.0, 4000.0, 1.0), &counts(0.0, 4000.0, 1.0));
+        assert!(gone.shrank() && gone.high.is_finite(), "{gone:?}");
+    }
+
+    #[test]
+    fn share_changes_use_binomial_noise_times_the_dispersion() {
+        let mut noise = Noise {
+            dispersion: 1.0,
+            run_spread: 0.0,
+            run_spread_df: None,
+        };
+        let base = counts(3000.0, 10_000.0, 1.0);
+        let new = counts(3200.0, 10_000.0, 1.0);
+        let d = noise.share_change(&base, &new);
+        assert!((d.estimate - 2.0).abs() < 1e-9);
+        // SE: sqrt(0.21/1e4 + 0.2176/1e4) = 0.654 points; 99%: ±1.69.
+        assert!((d.high - d.estimate - 1.685).abs() < 0.01, "{d:?}");
+        assert!(d.grew());
+        noise.dispersion = 4.0;
+        assert!(!noise.share_change(&base, &new).grew());
+    }
+
+    #[test]
+    fn detectable_changes_shrink_with_samples_and_respect_the_threshold() {
+        let noise = Noise {
+            dispersion: 1.0,
+            run_spread: 0.01,
+            run_spread_df: Some(4.0),
+        };
+        let small = noise.detectable_time(&counts(300.0, 1000.0, 1.0), 0.0);
+        let large = noise.detectable_time(&counts(3000.0, 10_000.0, 1.0), 0.0);
+        assert!(large < small, "{large} vs {small}");
+        let floor = noise.detectable_time(&counts(3000.0, 10_000.0, 1.0), 50.0);
+        assert!(floor > 50.0, "{floor}");
+        let s = noise.detectable_share(&counts(3000.0, 10_000.0, 1.0), 10_000.0, 0.0);
+        assert!(s > 1.685 && s < 3.0, "{s}");
+    }
+}

@@ -1,0 +1,184 @@
+//! One run's numbers for the comparison: per function self and total
+//! weight, the program's weight, and the weight of samples the machine took
+//! (interrupt context). It owns the rule that tells the machine's samples
+//! from the program's and does no I/O.
+//!
+//! # The machine's samples
+//!
+//! A CPU-clock sample that lands while an interrupt is handled on the
+//! program's thread — the timer tick, a reschedule or call-function IPI, a
+//! device interrupt — and the preemption on the way out of it (`schedule`
+//! under `irqentry_exit_to_user_mode`) shows what the machine was doing to
+//! the program, not what the program did: their number grows with the
+//! machine's load. Such a sample is recognised by an interrupt-entry frame
+//! anywhere in its stack ([`is_interrupt_entry`]) and counted apart: it
+//! belongs to no function and to neither the program's time nor its
+//! shares. `diff --keep-interrupts` counts them as ordinary samples.
+
+use rustc_hash::FxHashMap as HashMap;
+
+/// Self and total weight of one function in one run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Weights {
+    pub self_w: u64,
+    pub total_w: u64,
+}
+
+/// One run, tallied.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Tally {
+    /// Weight of the program's samples.
+    pub program: u64,
+    /// Weight of samples in interrupt context.
+    pub machine: u64,
+    /// Per function name, over the program's samples.
+    pub functions: HashMap<String, Weights>,
+}
+
+/// Whether `frame` enters the kernel for an interrupt (not for a system
+/// call or an exception the program caused, such as a page fault): the
+/// x86 entry points of system vectors and device interrupts, as kernels
+/// since 5.8 name them (`asm_sysvec_apic_timer_interrupt`,
+/// `asm_sysvec_reschedule_ipi`, `asm_common_interrupt`, …), and the names
+/// of older kernels' entry stubs. A `_[k]` suffix (`fold --kernel-suffix`)
+/// is ignored.
+pub fn is_interrupt_entry(frame: &str) -> bool {
+    let name = frame.strip_suffix("_[k]").unwrap_or(frame);
+    name.starts_with("asm_sysvec_")
+        || matches!(
+            name,
+            "asm_common_interrupt"
+                | "asm_spurious_interrupt"
+                | "common_interrupt"
+                | "ret_from_intr"
+                | "apic_timer_interrupt"
+                | "reschedule_interrupt"
+                | "call_function_interrupt"
+                | "call_function_single_interrupt"
+                | "irq_work_interrupt"
+        )
+}
+
+/// Tallies folded stacks (`root;frame;...;leaf`, the root not a function).
+/// With `keep_interrupts`, samples in interrupt context count as the
+/// program's.
+pub(super) fn tally(stacks: &[(String, u64)], keep_interrupts: bool) -> Tally {
+    let mut out = Tally::default();
+    let mut frames: Vec<&str> = Vec::new();
+    for (line, weight) in stacks {
+        frames.clear();
+        frames.extend(line.split(';').skip(1));
+        if !keep_interrupts && frames.iter().any(|f| is_interrupt_entry(f)) {
+            out.machine = out.machine.saturating_add(*weight);
+            continue;
+        }
+        out.program = out.program.saturating_add(*weight);
+        let Some(&leaf) = frames.last() else {
+            continue;
+        };
+        entry(&mut out.functions, leaf).self_w = entry(&mut out.functions, leaf)
+            .self_w
+            .saturating_add(*weight);
+        // Each sample counts once per function, however often it recurs.
+        frames.sort_unstable();
+        frames.dedup();
+        for f in &frames {
+            let e = entry(&mut out.functions, f);
+            e.total_w = e.total_w.saturating_add(*weight);
+        }
+    }
+    out
+}
+
+fn entry<'a>(map: &'a mut HashMap<String, Weights>, name: &str) -> &'a mut Weights {
+    if !map.contains_key(name) {
+        map.insert(name.to_string(), Weights::default());
+    }
+    map.get_mut(name).expect("inserted above")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stacks(text: &str) -> Vec<(String, u64)> {
+        text.lines()
+            .map(|l| {
+                let (s, n) = l.rsplit_once(' ').unwrap();
+                (s.to_string(), n.parse().unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn interrupt_entries_are_named_by_their_entry_points() {
+        for yes in [
+            "asm_sysvec_apic_timer_interrupt",
+            "asm_sysvec_reschedule_ipi",
+            "asm_sysvec_call_function_single",
+            "asm_common_interrupt_[k]",
+            "apic_timer_interrupt",
+        ] {
+            assert!(is_interrupt_entry(yes), "{yes}");
+        }
+        for no in [
+            "asm_exc_page_fault",
+            "entry_SYSCALL_64_after_hwframe",
+            "irqentry_exit_to_user_mode",
+            "schedule",
+            "my_asm_sysvec_helper",
+            "cpu_mix_beta",
+        ] {
+            assert!(!is_interrupt_entry(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn samples_in_interrupt_context_are_the_machines() {
+        let s = stacks(
+            "p;main;work 90\n\
+             p;main;work;asm_sysvec_reschedule_ipi;irqentry_exit_to_user_mode;schedule 6\n\
+             p;main;read;entry_SYSCALL_64;asm_common_interrupt;handle_irq 2\n\
+             p;main;work;asm_exc_page_fault;handle_mm_fault 2",
+        );
+        let t = tally(&s, false);
+        assert_eq!((t.program, t.machine), (92, 8));
+        assert_eq!(
+            t.functions["work"],
+            Weights {
+                self_w: 90,
+                total_w: 92
+            }
+        );
+        assert_eq!(t.functions["main"].total_w, 92);
+        assert!(!t.functions.contains_key("schedule"));
+        assert!(!t.functions.contains_key("read"));
+        assert_eq!(t.functions["handle_mm_fault"].self_w, 2);
+
+        let kept = tally(&s, true);
+        assert_eq!((kept.program, kept.machine), (100, 0));
+        assert_eq!(kept.functions["schedule"].self_w, 6);
+        assert_eq!(kept.functions["work"].total_w, 98);
+    }
+
+    #[test]
+    fn recursion_counts_each_sample_once_and_the_root_is_no_function() {
+        let t = tally(&stacks("p;f;f;g;f 3\np 1"), false);
+        assert_eq!(t.program, 4);
+        assert_eq!(
+            t.functions["f"],
+            Weights {
+                self_w: 3,
+                total_w: 3
+            }
+        );
+        assert_eq!(
+            t.functions["g"],
+            Weights {
+                self_w: 0,
+                total_w: 3
+            }
+        );
+        assert!(!t.functions.contains_key("p"));
+    }
+}
