@@ -535,8 +535,13 @@ fn depth_warnings<W: io::Write>(
         ));
     }
     if d.unmatched_samples > 0 {
+        let why = if st.losses.total() > 0 {
+            "their user stack was in a record the kernel dropped with the lost samples, or their thread exited, or recording stopped, before it returned to user space"
+        } else {
+            "their thread exited, or recording stopped, before it returned to user space, where the kernel walks the user stack (-g fp,defer)"
+        };
         out.push(format!(
-            "{} samples kept only their kernel frames: their thread exited, or recording stopped, before it returned to user space, where the kernel walks the user stack (-g fp,defer)",
+            "{} samples kept only their kernel frames: {why}",
             d.unmatched_samples
         ));
     }
