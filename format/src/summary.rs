@@ -36,6 +36,12 @@ pub struct Summary {
     pub truncated_stacks: u64,
     /// Stacks deeper than their copy, completed from the live thread.
     pub completed_stacks: u64,
+    /// `-g fp,defer`: samples joined with their deferred user part.
+    pub deferred_stitched: u64,
+    /// `-g fp,defer`: samples whose deferred user part never came.
+    pub deferred_unmatched_samples: u64,
+    /// `-g fp,defer`: deferred user parts whose samples never came.
+    pub deferred_orphan_records: u64,
     /// Bytes of complete chunks.
     pub bytes: u64,
     /// Whether user-space names are embedded.
@@ -90,6 +96,9 @@ impl Summary {
             threads: tids.len() as u64,
             truncated_stacks: 0,
             completed_stacks: 0,
+            deferred_stitched: 0,
+            deferred_unmatched_samples: 0,
+            deferred_orphan_records: 0,
             bytes: reader.offset(),
             names: reader.names().state(),
             named_frames: reader.names().frames.len() as u64,
@@ -104,7 +113,28 @@ impl Summary {
             s.threads = t.threads.max(s.threads);
             s.truncated_stacks = t.truncated_stacks;
             s.completed_stacks = t.completed_stacks;
+            s.deferred_stitched = t.deferred_stitched;
+            s.deferred_unmatched_samples = t.deferred_unmatched_samples;
+            s.deferred_orphan_records = t.deferred_orphan_records;
         }
         Ok(s)
+    }
+
+    /// How user stacks were obtained, from the call-graph mode:
+    /// `deferred`, `copied+dwarf` or `frame-pointers` (`unknown` for a mode
+    /// this version does not know).
+    pub fn user_stacks(&self) -> &'static str {
+        match self.metadata.call_graph.as_str() {
+            "fp,defer" => "deferred",
+            "dwarf" => "copied+dwarf",
+            "fp" => "frame-pointers",
+            _ => "unknown",
+        }
+    }
+
+    /// Deferred user parts left unmatched: samples without theirs plus
+    /// user parts without their samples.
+    pub fn unmatched_cookies(&self) -> u64 {
+        self.deferred_unmatched_samples + self.deferred_orphan_records
     }
 }

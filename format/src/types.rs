@@ -70,6 +70,22 @@ pub struct Totals {
     /// CPU (every core busy) rather than because a ring was too small.
     #[serde(default)]
     pub lost_starved: u64,
+    /// `-g fp,defer`: samples joined with the user part the kernel walked
+    /// when their thread returned to user space. Absent in files of older
+    /// recorders and of other modes; readers that do not know it skip it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_stitched: u64,
+    /// `-g fp,defer`: samples whose user part never came (the thread exited,
+    /// or recording stopped, first); they hold their kernel frames only.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_unmatched_samples: u64,
+    /// `-g fp,defer`: user parts whose samples never came (lost).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferred_orphan_records: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What kind of code a module holds.
@@ -230,4 +246,39 @@ pub enum Event {
     },
     /// Trailer: the file is complete.
     Totals(Totals),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_of_older_files_read_with_no_deferred_counts() {
+        // A 2.0 trailer, as written before the deferred counts existed.
+        let old = r#"{"samples":5,"weight":5,"lost_samples":0,"duration_ns":1,"processes":1,"threads":1,"truncated_stacks":0,"completed_stacks":0,"lost_starved":0}"#;
+        let t: Totals = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (
+                t.deferred_stitched,
+                t.deferred_unmatched_samples,
+                t.deferred_orphan_records
+            ),
+            (0, 0, 0)
+        );
+        // Zero counts are not written, so files of the other modes keep
+        // their 2.0 trailer byte for byte.
+        assert_eq!(serde_json::to_string(&t).unwrap(), old);
+    }
+
+    #[test]
+    fn deferred_counts_round_trip() {
+        let t = Totals {
+            deferred_stitched: 40,
+            deferred_unmatched_samples: 2,
+            deferred_orphan_records: 1,
+            ..Default::default()
+        };
+        let back: Totals = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+    }
 }

@@ -5,7 +5,7 @@
 
 use crate::sys::{
     record_type as rt, reg, sample, MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, MISC_SWITCH_OUT,
-    MISC_SWITCH_OUT_PREEMPT,
+    MISC_SWITCH_OUT_PREEMPT, PERF_CONTEXT_USER_DEFERRED,
 };
 
 /// One decoded record.
@@ -80,6 +80,22 @@ pub enum PerfRecord<'a> {
         /// Timestamp.
         time: u64,
     },
+    /// The user part of the callchains of earlier samples with this cookie,
+    /// unwound when the thread returned to user space.
+    CallchainDeferred {
+        /// Names the samples whose callchain ended in
+        /// `PERF_CONTEXT_USER_DEFERRED` and this cookie.
+        cookie: u64,
+        /// Process id.
+        pid: u32,
+        /// Thread id.
+        tid: u32,
+        /// Timestamp.
+        time: u64,
+        /// User addresses, leaf first, native-endian u64s (a leading
+        /// `PERF_CONTEXT_USER` marker is allowed).
+        ips: &'a [u8],
+    },
     /// Sampling was throttled (too many interrupts).
     Throttle,
     /// A record flamerec does not use.
@@ -118,6 +134,21 @@ impl SampleRecord<'_> {
             .chunks_exact(8)
             .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
     }
+
+    /// The cookie of the deferred user callchain this sample's callchain
+    /// ends with (`PERF_CONTEXT_USER_DEFERRED`, cookie), if it does.
+    pub fn deferred_cookie(&self) -> Option<u64> {
+        let mut entries = self.callchain();
+        entries.find(|&e| e == PERF_CONTEXT_USER_DEFERRED)?;
+        entries.next()
+    }
+}
+
+/// u64s of native-endian bytes (a deferred record's `ips`).
+pub fn words(bytes: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
 }
 
 struct Bytes<'a> {
@@ -339,6 +370,19 @@ impl Layout {
                 cpu: self.trailer_cpu(body),
             },
             rt::THROTTLE => PerfRecord::Throttle,
+            rt::CALLCHAIN_DEFERRED => {
+                let cookie = b.u64()?;
+                let nr = usize::try_from(b.u64()?).ok()?;
+                let ips = b.take(nr.checked_mul(8)?)?;
+                let (pid, tid) = self.trailer_tid(body);
+                PerfRecord::CallchainDeferred {
+                    cookie,
+                    pid,
+                    tid,
+                    time: self.trailer_time(body),
+                    ips,
+                }
+            }
             rt::SWITCH => {
                 let (pid, tid) = self.trailer_tid(body);
                 PerfRecord::Switch {
@@ -531,6 +575,76 @@ mod tests {
         };
         let body = 1000u64.to_ne_bytes();
         assert_eq!(layout.decode(rt::SAMPLE, 0, &body), None);
+    }
+
+    #[test]
+    fn deferred_callchains_decode_with_their_cookie() {
+        // As Linux 7.2 writes them (seen in the VM of vm/): a sample in a
+        // system call, its chain ending in the marker and the cookie; then
+        // the record with the user part and the sample_id trailer.
+        let layout = Layout {
+            sample_type: sample::TID | sample::TIME | sample::CALLCHAIN,
+            regs_user: 0,
+        };
+        let mut body = Vec::new();
+        body.extend_from_slice(&7u32.to_ne_bytes());
+        body.extend_from_slice(&8u32.to_ne_bytes());
+        body.extend_from_slice(&50u64.to_ne_bytes());
+        body.extend_from_slice(&4u64.to_ne_bytes());
+        for w in [
+            flamerec_unwind::callchain::PERF_CONTEXT_KERNEL,
+            0xffff_ffff_8100_0010,
+            PERF_CONTEXT_USER_DEFERRED,
+            0x3_0000_0001,
+        ] {
+            body.extend_from_slice(&w.to_ne_bytes());
+        }
+        match layout.decode(rt::SAMPLE, 0, &body) {
+            Some(PerfRecord::Sample(s)) => assert_eq!(s.deferred_cookie(), Some(0x3_0000_0001)),
+            other => panic!("{other:?}"),
+        }
+        let mut body = Vec::new();
+        for w in [0x3_0000_0001u64, 2, 0x43_8e7d, 0x40_1812] {
+            body.extend_from_slice(&w.to_ne_bytes());
+        }
+        body.extend_from_slice(&7u32.to_ne_bytes());
+        body.extend_from_slice(&8u32.to_ne_bytes());
+        body.extend_from_slice(&60u64.to_ne_bytes());
+        match layout.decode(rt::CALLCHAIN_DEFERRED, 0, &body) {
+            Some(PerfRecord::CallchainDeferred {
+                cookie,
+                pid,
+                tid,
+                time,
+                ips,
+            }) => {
+                assert_eq!((cookie, pid, tid, time), (0x3_0000_0001, 7, 8, 60));
+                assert_eq!(words(ips).collect::<Vec<_>>(), [0x43_8e7d, 0x40_1812]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A count past the record is refused, not trusted.
+        let body = [0x3_0000_0001u64, 1000]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect::<Vec<u8>>();
+        assert_eq!(layout.decode(rt::CALLCHAIN_DEFERRED, 0, &body), None);
+    }
+
+    #[test]
+    fn a_chain_without_the_marker_has_no_cookie() {
+        let layout = Layout {
+            sample_type: sample::CALLCHAIN,
+            regs_user: 0,
+        };
+        let mut body = 2u64.to_ne_bytes().to_vec();
+        body.extend_from_slice(&0x40_1000u64.to_ne_bytes());
+        body.extend_from_slice(&PERF_CONTEXT_USER_DEFERRED.to_ne_bytes());
+        match layout.decode(rt::SAMPLE, 0, &body) {
+            // The marker is the last entry: the cookie is missing.
+            Some(PerfRecord::Sample(s)) => assert_eq!(s.deferred_cookie(), None),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@
 #![deny(unsafe_code)]
 
 mod deep;
+mod defer;
+mod depth;
 mod embed;
 mod launch;
 mod loss;
@@ -40,6 +42,10 @@ pub enum CallGraph {
     Fp,
     /// Stack copy unwound with CFI at record time.
     Dwarf,
+    /// Frame pointers, the user part walked once per return to user space
+    /// (deferred callchains, Linux 6.19+); plain [`CallGraph::Fp`] where
+    /// the kernel refuses.
+    FpDefer,
 }
 
 impl CallGraph {
@@ -48,6 +54,7 @@ impl CallGraph {
         match self {
             CallGraph::Fp => "fp",
             CallGraph::Dwarf => "dwarf",
+            CallGraph::FpDefer => "fp,defer",
         }
     }
 }

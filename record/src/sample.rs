@@ -75,6 +75,13 @@ impl<W: io::Write> State<W> {
                 Side::User => raw.user.push(self.user_frame(s.pid, addr)),
             }
         }
+        self.count_cut(s);
+        if self.deferred.is_some() {
+            if let Some(cookie) = s.deferred_cookie() {
+                self.defer_sample(cookie, raw);
+                return;
+            }
+        }
         let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) else {
             self.finish_raw(raw);
             return;
@@ -124,6 +131,21 @@ impl<W: io::Write> State<W> {
         self.finish_raw(raw);
     }
 
+    /// A frame-pointer callchain as long as the kernel's cap was cut there.
+    fn count_cut(&mut self, s: &SampleRecord<'_>) {
+        let Some(cap) = self.fp_cap else { return };
+        let addresses = s
+            .callchain()
+            .filter(|&e| e < callchain::PERF_CONTEXT_MAX)
+            .count();
+        // A deferred chain's cookie is not an address: the user part is
+        // judged when it comes.
+        let addresses = addresses - usize::from(s.deferred_cookie().is_some());
+        if addresses >= cap {
+            self.cut_at_cap += 1;
+        }
+    }
+
     /// Unwound user addresses (ip first) as frames; return addresses step
     /// back into the call instruction.
     fn push_user(&self, raw: &mut RawSample, addrs: &[u64]) {
@@ -159,7 +181,7 @@ impl<W: io::Write> State<W> {
     }
 
     /// The kernel part, once the symbol table is in (else the sample waits).
-    fn finish_raw(&mut self, raw: RawSample) {
+    pub(crate) fn finish_raw(&mut self, raw: RawSample) {
         if self.kallsyms.is_none() {
             self.held.push(raw);
             return;
@@ -220,7 +242,7 @@ impl<W: io::Write> State<W> {
 
     /// A user frame: (module, offset) through the process's mappings, or the
     /// bare address in the `[unknown]` module.
-    fn user_frame(&self, pid: u32, addr: u64) -> Frame {
+    pub(crate) fn user_frame(&self, pid: u32, addr: u64) -> Frame {
         self.procs.resolve(pid, addr).unwrap_or(Frame {
             module: self.unknown_module,
             address: addr,

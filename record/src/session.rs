@@ -11,6 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use flamerec_format::{Metadata, Totals, Writer};
 
+use crate::defer::Deferred;
+use crate::depth::MaxStack;
 use crate::launch::{c_strings, find_program};
 use crate::proc_fs;
 use crate::rings::{self, read_trimmed};
@@ -40,6 +42,33 @@ pub fn record(
         )));
     }
     let off_cpu = opts.event == EventKind::OffCpu;
+    let mut warnings: Vec<String> = Vec::new();
+    // Deferred callchains where asked for and the kernel offers them.
+    let defer = opts.call_graph == CallGraph::FpDefer
+        && match (off_cpu, defer_probe()) {
+            (true, _) => {
+                warnings.push("-g fp,defer is not used with -e off-cpu (its samples are weighed when the thread runs again, before a deferred user part would come): recording with -g fp".into());
+                false
+            }
+            (false, Ok(())) => true,
+            // Not allowed to sample at all: opening the events says so.
+            (false, Err(e)) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => true,
+            (false, Err(e)) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::EINVAL) => "EINVAL".to_string(),
+                    _ => e.to_string(),
+                };
+                warnings.push(format!(
+                    "this kernel (Linux {}) does not offer deferred user callchains (perf_event_open refused defer_callchain: {why}); recording with -g fp",
+                    read_trimmed("/proc/sys/kernel/osrelease")
+                ));
+                false
+            }
+        };
+    let call_graph = match opts.call_graph {
+        CallGraph::FpDefer if !defer => CallGraph::Fp,
+        g => g,
+    };
     let counter = match opts.event {
         EventKind::CpuClock => Counter::CpuClock,
         EventKind::TaskClock => Counter::TaskClock,
@@ -94,7 +123,7 @@ pub fn record(
             .map_or(0, |d| d.as_nanos() as u64),
         event: opts.event.name().into(),
         frequency_hz: if off_cpu { 0 } else { opts.frequency },
-        call_graph: opts.call_graph.name().into(),
+        call_graph: call_graph.name().into(),
         weight_unit: if off_cpu { "ns" } else { "samples" }.into(),
         flamerec_version: env!("CARGO_PKG_VERSION").into(),
         embeds_names: opts.embed_names.is_some(),
@@ -126,6 +155,8 @@ pub fn record(
     let cpus = crate::online_cpus().len();
     let (stack_size, pages, ring_warning) =
         rings::fit(dwarf, opts.stack_size, opts.mmap_pages, cpus);
+    // Frame-pointer chains are as deep as the kernel lets them be.
+    let mut max_stack = (!dwarf).then(|| MaxStack::raise(sys::is_root()));
     let mut cfg = EventConfig {
         counter,
         frequency: if off_cpu { 0 } else { opts.frequency },
@@ -136,7 +167,7 @@ pub fn record(
         inherit: !matches!(opts.target, Target::System),
         enable_on_exec: child.is_some(),
         side_band: true,
-        max_stack: 0,
+        max_stack: max_stack.as_ref().map_or(0, |m| m.value),
         wakeup_bytes: rings::wakeup_bytes(
             pages,
             dwarf.then_some(stack_size),
@@ -146,8 +177,9 @@ pub fn record(
         exclude_callchain_user: dwarf,
         sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
         sample_stack_user: if dwarf { stack_size & !7 } else { 0 },
+        defer_user: defer,
     };
-    let mut warnings: Vec<String> = ring_warning.into_iter().collect();
+    warnings.extend(ring_warning);
     // Every (task, CPU) pair to open: the command, each thread of the
     // attached processes, or every task (-1) on each CPU.
     let tasks: Vec<i32> = match (&opts.target, &child) {
@@ -160,6 +192,15 @@ pub fn record(
         _ => vec![-1],
     };
     let events = match open_events(&cfg, &tasks, pages) {
+        // Another recorder put kernel.perf_event_max_stack back below what
+        // was read a moment ago: take what is in force now.
+        Err(RecordError::Sys { source, .. })
+            if source.raw_os_error() == Some(libc::EOVERFLOW) && cfg.max_stack > 0 =>
+        {
+            let now = max_stack.as_mut().map_or(0, MaxStack::lowered);
+            cfg.max_stack = now;
+            open_events(&cfg, &tasks, pages)?
+        }
         Err(RecordError::PerfDenied { .. }) if opts.kernel && !off_cpu => {
             // Kernel sampling may be what is refused: go on with user stacks only.
             cfg.exclude_kernel = true;
@@ -173,6 +214,7 @@ pub fn record(
         other => other?,
     };
     let mut events = events;
+    warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
 
     let signal = Arc::new(AtomicUsize::new(0));
     let mut sig_ids = Vec::new();
@@ -227,6 +269,11 @@ pub fn record(
     let layout = (sample_type, cfg.sample_regs_user);
     let mut st = State::new(writer, opts, start_mono, layout, !cfg.exclude_kernel);
     st.warnings.append(&mut warnings);
+    st.fp_cap = max_stack
+        .as_ref()
+        .filter(|m| m.value > 0)
+        .map(|m| usize::from(m.value));
+    st.deferred = defer.then(Deferred::default);
     // Samples wait for the kernel symbol table, so the loop can drain the
     // rings from the start. Off-CPU samples are weighed when their thread
     // runs again, against a stack already written: those wait for it here.
@@ -365,6 +412,9 @@ pub fn record(
         let _ = sys::disable(&e.fd);
     }
     st.drain(&mut events, &mut bufs);
+    // Closed before the sysctl is put back: the kernel refuses to change it
+    // while events with callchains are open.
+    drop(events);
     if kallsyms_loader.is_some() {
         st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
     }
@@ -372,10 +422,20 @@ pub fn record(
     st.finish_blocked(duration.as_nanos() as u64);
     unregister(sig_ids);
     st.finish_waiting();
-    let (truncated_stacks, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
+    st.finish_deferred();
+    if let Some(m) = &mut max_stack {
+        st.warnings.extend(m.restore());
+    }
+    let deferred = st.deferred.as_ref().map(|d| d.stats).unwrap_or_default();
+    // Cut short by the unwinder (dwarf), and at the kernel's callchain caps.
+    let (unwind_cut, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
+    let truncated_stacks = unwind_cut + st.cut_at_cap;
     let mut totals = Totals {
         truncated_stacks,
         completed_stacks,
+        deferred_stitched: deferred.stitched,
+        deferred_unmatched_samples: deferred.unmatched_samples,
+        deferred_orphan_records: deferred.orphan_records,
         duration_ns: duration.as_nanos() as u64,
         processes: st.pids.len() as u64,
         threads: st.tids.len() as u64,
@@ -386,11 +446,8 @@ pub fn record(
     let lost = st.losses.total();
     let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
     let mut warnings = std::mem::take(&mut st.warnings);
-    warnings.extend(crate::deep::cut_warning(
-        truncated_stacks,
-        &st.live,
-        samples,
-    ));
+    warnings.extend(crate::deep::cut_warning(unwind_cut, &st.live, samples));
+    warnings.extend(depth_warnings(&st, samples, &deferred));
     if st.throttles > 0 {
         warnings.push(format!(
             "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
@@ -437,6 +494,79 @@ pub fn record(
         warnings,
         names,
     })
+}
+
+/// Whether this kernel takes `defer_callchain` (Linux 6.19+; older ones
+/// refuse the unknown attribute bit with EINVAL): one sampling event on
+/// this thread, opened disabled and closed again.
+fn defer_probe() -> io::Result<()> {
+    let cfg = EventConfig {
+        counter: Counter::CpuClock,
+        frequency: 0,
+        period: 1_000_000,
+        context_switch: false,
+        sample_type: sys::sample::TID | sys::sample::CALLCHAIN,
+        exclude_kernel: true,
+        inherit: false,
+        enable_on_exec: false,
+        side_band: true,
+        max_stack: 0,
+        wakeup_bytes: 0,
+        wakeup_events: 1,
+        exclude_callchain_user: false,
+        sample_regs_user: 0,
+        sample_stack_user: 0,
+        defer_user: true,
+    };
+    sys::perf_event_open(&cfg, 0, -1).map(drop)
+}
+
+/// What the user should know about stacks cut at the kernel's caps and
+/// deferred user parts that never met their samples.
+fn depth_warnings<W: io::Write>(
+    st: &State<W>,
+    samples: u64,
+    d: &crate::defer::DeferStats,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if st.cut_at_cap > 0 {
+        let cap = st.fp_cap.unwrap_or(0);
+        out.push(format!(
+            "{} of {samples} stacks reached the kernel's callchain cap ({cap} frames{}) and are cut there{}",
+            st.cut_at_cap,
+            if st.deferred.is_some() {
+                format!(", {} for a deferred user part", crate::depth::DEFERRED_CAP)
+            } else {
+                String::new()
+            },
+            if sys::is_root() || cap >= usize::from(crate::depth::WANTED) {
+                String::new()
+            } else {
+                format!(
+                    "; as root flamerec raises kernel.perf_event_max_stack to {} for the recording",
+                    crate::depth::WANTED
+                )
+            }
+        ));
+    }
+    if d.unmatched_samples > 0 {
+        let why = if st.losses.total() > 0 {
+            "their user stack was in a record the kernel dropped with the lost samples, or their thread exited, or recording stopped, before it returned to user space"
+        } else {
+            "their thread exited, or recording stopped, before it returned to user space, where the kernel walks the user stack (-g fp,defer)"
+        };
+        out.push(format!(
+            "{} samples kept only their kernel frames: {why}",
+            d.unmatched_samples
+        ));
+    }
+    if d.orphan_records > 0 {
+        out.push(format!(
+            "{} deferred user stacks came for samples that were lost",
+            d.orphan_records
+        ));
+    }
+    out
 }
 
 /// Opens one event per (task, CPU); per CPU the first event owns the ring

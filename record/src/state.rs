@@ -9,6 +9,7 @@ use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sam
 use flamerec_unwind::StackUnwinder;
 
 use crate::deep::LiveStacks;
+use crate::defer::Deferred;
 use crate::loss::Losses;
 use crate::procs::Processes;
 use crate::sample::RawSample;
@@ -67,6 +68,13 @@ pub(crate) struct State<W: io::Write> {
     preempted: HashSet<u32>,
     /// Throttle records seen (the kernel slowed sampling down).
     pub(crate) throttles: u64,
+    /// Frame-pointer modes: the kernel's callchain cap in addresses (the
+    /// `sample_max_stack` in force); `None` in dwarf mode.
+    pub(crate) fp_cap: Option<usize>,
+    /// Callchains that reached `fp_cap` (or the deferred unwinder's cap).
+    pub(crate) cut_at_cap: u64,
+    /// `-g fp,defer`: samples waiting for their user part, and the reverse.
+    pub(crate) deferred: Option<Deferred>,
 }
 
 impl<W: io::Write> State<W> {
@@ -123,6 +131,9 @@ impl<W: io::Write> State<W> {
             blocked: HashMap::new(),
             preempted: HashSet::new(),
             throttles: 0,
+            fp_cap: None,
+            cut_at_cap: 0,
+            deferred: None,
         }
     }
 
@@ -176,6 +187,7 @@ impl<W: io::Write> State<W> {
             let done = self.live.end_round(u);
             self.write_settled(done);
         }
+        self.end_deferred_round();
     }
 
     fn handle(&mut self, r: PerfRecord<'_>) {
@@ -238,6 +250,7 @@ impl<W: io::Write> State<W> {
                 let t = self.rel(time);
                 if exit {
                     self.blocked.remove(&tid);
+                    self.deferred_exit(tid);
                     if let Some(u) = &mut self.unwinder {
                         let done = if pid == tid {
                             self.live.forget_process(u, pid)
@@ -288,6 +301,11 @@ impl<W: io::Write> State<W> {
                         self.write_off_cpu(spid.max(pid), tid, stack, out_ns, in_ns);
                     }
                 }
+            }
+            PerfRecord::CallchainDeferred {
+                cookie, pid, ips, ..
+            } => {
+                self.deferred_callchain(cookie, pid, ips);
             }
             PerfRecord::Throttle => self.throttles += 1,
             PerfRecord::Other => {}
@@ -353,7 +371,8 @@ fn record_time(r: &PerfRecord<'_>) -> u64 {
         | PerfRecord::Comm { time, .. }
         | PerfRecord::Task { time, .. }
         | PerfRecord::Lost { time, .. }
-        | PerfRecord::Switch { time, .. } => *time,
+        | PerfRecord::Switch { time, .. }
+        | PerfRecord::CallchainDeferred { time, .. } => *time,
         PerfRecord::Throttle | PerfRecord::Other => 0,
     }
 }

@@ -42,6 +42,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "bytes": s.bytes,
             "truncated_stacks": s.truncated_stacks,
             "completed_stacks": s.completed_stacks,
+            "user_stacks": s.user_stacks(),
+            "deferred": {
+                "stitched": s.deferred_stitched,
+                "unmatched_samples": s.deferred_unmatched_samples,
+                "orphan_records": s.deferred_orphan_records,
+                "unmatched_cookies": s.unmatched_cookies(),
+            },
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
         });
@@ -92,6 +99,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             cpus.join(", "),
             s.lost_starved,
             s.lost_samples.saturating_sub(s.lost_starved)
+        );
+    }
+    let how = match s.user_stacks() {
+        "deferred" => format!(
+            "deferred (frame pointers walked by the kernel on return to user space): {} samples joined by cookie, {} unmatched cookies ({} samples whose user part never came, {} user parts whose samples were lost)",
+            s.deferred_stitched,
+            s.unmatched_cookies(),
+            s.deferred_unmatched_samples,
+            s.deferred_orphan_records
+        ),
+        "copied+dwarf" => "copied + DWARF (a copy of each sample's user stack, unwound with CFI)".into(),
+        "frame-pointers" => "frame pointers (walked by the kernel at each sample)".into(),
+        _ => format!("unknown call-graph mode {}", m.call_graph),
+    };
+    println!("user stack: {how}");
+    if m.call_graph != "dwarf" && s.truncated_stacks > 0 {
+        println!(
+            "stacks:     {} cut at the kernel's callchain cap (kernel.perf_event_max_stack frames; 510 user frames for deferred ones)",
+            s.truncated_stacks
         );
     }
     if m.call_graph == "dwarf" {

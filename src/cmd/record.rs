@@ -18,6 +18,10 @@ enum Mode {
     Fp,
     /// Kernel callchain + user stack copy unwound with CFI.
     Dwarf,
+    /// Frame pointers, the user stack walked once per return to user space
+    /// (Linux 6.19+; plain fp elsewhere).
+    #[value(name = "fp,defer")]
+    FpDefer,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -100,6 +104,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         call_graph: match a.call_graph {
             Mode::Fp => CallGraph::Fp,
             Mode::Dwarf => CallGraph::Dwarf,
+            Mode::FpDefer => CallGraph::FpDefer,
         },
         target,
         duration,

@@ -113,6 +113,7 @@ fn config(kernel: bool) -> EventConfig {
         exclude_callchain_user: true,
         sample_regs_user: REGS_BP_SP_IP,
         sample_stack_user: STACK_COPY,
+        defer_user: false,
     }
 }
 

@@ -93,6 +93,7 @@ pub(crate) fn event_config(period_ns: u64, stack_bytes: u32, kernel: bool) -> Ev
         exclude_callchain_user: true,
         sample_regs_user: sys::REGS_BP_SP_IP,
         sample_stack_user: stack_bytes,
+        defer_user: false,
     }
 }
 

@@ -32,6 +32,10 @@ const _: () = {
     assert!(c::PERF_CONTEXT_KERNEL == b::PERF_CONTEXT_KERNEL);
     assert!(c::PERF_CONTEXT_USER == b::PERF_CONTEXT_USER);
 };
+/// `PERF_CONTEXT_USER_DEFERRED`: ends a sample's callchain whose user part
+/// comes later, in a [`record_type::CALLCHAIN_DEFERRED`] record; the entry
+/// after it is the cookie that names that record (Linux 6.19+).
+pub const PERF_CONTEXT_USER_DEFERRED: u64 = b::PERF_CONTEXT_USER_DEFERRED;
 
 /// Sample fields flamerec asks for.
 pub mod sample {
@@ -79,6 +83,8 @@ pub mod record_type {
     pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
     /// A monitored task was switched in or out.
     pub const SWITCH: u32 = b::PERF_RECORD_SWITCH;
+    /// The user part of the callchains of the samples that share its cookie.
+    pub const CALLCHAIN_DEFERRED: u32 = b::PERF_RECORD_CALLCHAIN_DEFERRED;
 }
 
 /// Which counter drives sampling.
@@ -128,6 +134,10 @@ pub struct EventConfig {
     pub sample_regs_user: u64,
     /// Bytes of user stack to copy per sample (0: none).
     pub sample_stack_user: u32,
+    /// Defer the user part of callchains to the task's return to user space
+    /// (`defer_callchain`), and, with `side_band`, receive the
+    /// CALLCHAIN_DEFERRED records that carry it (`defer_output`).
+    pub defer_user: bool,
 }
 
 /// The user registers flamerec samples for unwinding: bp, sp, ip (in this
@@ -200,6 +210,10 @@ fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
     a.set_exclude_callchain_user(u64::from(cfg.exclude_callchain_user));
     a.sample_regs_user = cfg.sample_regs_user;
     a.sample_stack_user = cfg.sample_stack_user;
+    if cfg.defer_user {
+        a.set_defer_callchain(1);
+        a.set_defer_output(u64::from(cfg.side_band));
+    }
     a
 }
 
