@@ -1,7 +1,7 @@
 //! `flamerec info`: what a recording holds.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{self, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +23,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let file =
         File::open(&a.input).with_context(|| format!("cannot open {}", a.input.display()))?;
     let s = Summary::read(BufReader::new(file)).with_context(|| a.input.display().to_string())?;
+    // Written, not printed: `flamerec info x.frec | head -1` closes the pipe,
+    // which is no error (main says so) where println! would panic.
+    let mut w = BufWriter::new(io::stdout().lock());
     let m = &s.metadata;
     if a.json {
         let v = json!({
@@ -52,7 +55,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
         });
-        println!("{v}");
+        writeln!(w, "{v}")?;
+        w.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     let state = match &s.damage {
@@ -65,41 +69,45 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         String::new()
     };
-    println!(
+    writeln!(
+        w,
         "file:       {} ({}{per_sample}), {state}",
         a.input.display(),
         super::human_bytes(s.bytes)
-    );
-    println!(
+    )?;
+    writeln!(
+        w,
         "command:    {}",
         if m.command.is_empty() {
             format!("({})", m.target)
         } else {
             m.command.join(" ")
         }
-    );
+    )?;
     let rate = match m.frequency_hz {
         0 => "on every context switch".to_string(),
         hz => format!("at {hz} Hz"),
     };
-    println!(
+    writeln!(
+        w,
         "event:      {} {rate}, call graph {}",
         m.event, m.call_graph
-    );
-    println!("duration:   {:.2} s", s.duration_s);
-    println!("samples:    {} ({} lost)", s.samples, s.lost_samples);
+    )?;
+    writeln!(w, "duration:   {:.2} s", s.duration_s)?;
+    writeln!(w, "samples:    {} ({} lost)", s.samples, s.lost_samples)?;
     if !s.lost_per_cpu.is_empty() {
         let cpus: Vec<String> = s
             .lost_per_cpu
             .iter()
             .map(|(cpu, n)| format!("CPU {cpu}: {n}"))
             .collect();
-        println!(
+        writeln!(
+            w,
             "lost:       {}; {} while the recorder waited for a CPU, {} because a ring was full",
             cpus.join(", "),
             s.lost_starved,
             s.lost_samples.saturating_sub(s.lost_starved)
-        );
+        )?;
     }
     let how = match s.user_stacks() {
         "deferred" => format!(
@@ -113,23 +121,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "frame-pointers" => "frame pointers (walked by the kernel at each sample)".into(),
         _ => format!("unknown call-graph mode {}", m.call_graph),
     };
-    println!("user stack: {how}");
+    writeln!(w, "user stack: {how}")?;
     if m.call_graph != "dwarf" && s.truncated_stacks > 0 {
-        println!(
+        writeln!(
+        w,
             "stacks:     {} cut at the kernel's callchain cap (kernel.perf_event_max_stack frames; 510 user frames for deferred ones)",
             s.truncated_stacks
-        );
+        )?;
     }
     if m.call_graph == "dwarf" {
-        println!(
+        writeln!(
+            w,
             "stacks:     {} deeper than their copy completed from the live thread, {} cut short",
             s.completed_stacks, s.truncated_stacks
-        );
+        )?;
     }
     if m.weight_unit != "samples" {
-        println!("weight:     {} {}", s.weight, m.weight_unit);
+        writeln!(w, "weight:     {} {}", s.weight, m.weight_unit)?;
     }
-    println!("processes:  {}, threads: {}", s.processes, s.threads);
+    writeln!(w, "processes:  {}, threads: {}", s.processes, s.threads)?;
     let names = match (s.names, &s.names_damage) {
         (_, Some(why)) => format!("partial: the names section is {why}"),
         (NamesState::Embedded, None) => "embedded".to_string(),
@@ -138,13 +148,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         (NamesState::None, None) => "none (fold reads the binaries)".to_string(),
     };
-    println!(
+    writeln!(
+        w,
         "names:      {names} ({} frames named in the file)",
         s.named_frames
-    );
-    println!(
+    )?;
+    writeln!(
+        w,
         "recorded:   on {} (Linux {}) by flamerec {}",
         m.host, m.kernel_release, m.flamerec_version
-    );
+    )?;
+    w.flush()?;
     Ok(ExitCode::SUCCESS)
 }
