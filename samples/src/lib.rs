@@ -9,9 +9,14 @@
 //! This crate owns the workloads and how they are compiled; it must not depend on the
 //! profiler's crates, so that a profiler bug can never change what a workload does.
 //!
+//! Everything this crate knows about a workload — its name, source file, work flag and
+//! default, expected profile, tasks, depth and debug info — is one entry of the `SPECS`
+//! table; the [`Sample`] methods look it up there.
+//!
 //! Adding a workload: write `src/bin/NAME.rs` in the same pattern (named work functions
 //! `#[no_mangle]` and `#[inline(never)]`, one work-size flag, a default of about one
-//! second), add a [`Sample`] variant and its arms, and describe it in the README.
+//! second), add a [`Sample`] variant (last, and to [`Sample::ALL`]) and its entry at the end
+//! of `SPECS`, and describe it in the README and in the comment of `Cargo.toml`.
 
 use std::collections::hash_map::DefaultHasher;
 use std::ffi::{OsStr, OsString};
@@ -107,43 +112,6 @@ impl ExpectedShare {
     }
 }
 
-const CPU_MIX_EXPECTED: &[ExpectedShare] = &[
-    // Rounds of 5 + 3 + 2 units of an identical loop body: the split is exact by
-    // construction (timing each call gives 49.9 / 30.0 / 20.1).
-    ExpectedShare {
-        function: "cpu_mix_alpha",
-        kind: ShareKind::SelfPct,
-        pct: 50.0,
-    },
-    ExpectedShare {
-        function: "cpu_mix_beta",
-        kind: ShareKind::SelfPct,
-        pct: 30.0,
-    },
-    ExpectedShare {
-        function: "cpu_mix_gamma",
-        kind: ShareKind::SelfPct,
-        pct: 20.0,
-    },
-    // Everything but process start-up and exit runs under it; needs full unwinding.
-    ExpectedShare {
-        function: "cpu_mix_run",
-        kind: ShareKind::TotalPct,
-        pct: 100.0,
-    },
-];
-
-const SYSCALL_LOOP_EXPECTED: &[ExpectedShare] = &[
-    // Only this is by construction. How the time splits between read and write depends on
-    // the kernel and CPU (measured ≈ 80 / 20 on a 2-core AMD EPYC VM, kernel 6.1), so it
-    // is left out; see `Sample::min_kernel_pct` for the kernel side.
-    ExpectedShare {
-        function: "syscall_loop_run",
-        kind: ShareKind::TotalPct,
-        pct: 100.0,
-    },
-];
-
 /// Which kind of task an [`ExpectedTask`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskKind {
@@ -194,165 +162,260 @@ pub enum DebugInfo {
     Full,
 }
 
-const THREADS_EXPECTED: &[ExpectedShare] = &[
-    // 1 : 2 : 3 sixths of identical units.
-    ExpectedShare {
-        function: "threads_worker_a",
-        kind: ShareKind::SelfPct,
-        pct: 100.0 / 6.0,
-    },
-    ExpectedShare {
-        function: "threads_worker_b",
-        kind: ShareKind::SelfPct,
-        pct: 200.0 / 6.0,
-    },
-    ExpectedShare {
-        function: "threads_worker_c",
-        kind: ShareKind::SelfPct,
-        pct: 50.0,
-    },
-];
+/// Everything known about one workload; each [`Sample`] method returns one of its fields.
+struct Spec {
+    /// The sample this is; `SPECS` is in the order of the enum (checked at compile time).
+    sample: Sample,
+    /// [`Sample::name`]: the binary's name, and the stem of its source file.
+    name: &'static str,
+    /// [`Sample::source_path`].
+    source: &'static str,
+    /// [`Sample::work_flag`].
+    work_flag: &'static str,
+    /// [`Sample::default_work`].
+    default_work: u64,
+    /// [`Sample::debug_info`].
+    debug_info: DebugInfo,
+    /// [`Sample::expected`].
+    expected: &'static [ExpectedShare],
+    /// [`Sample::expected_off_cpu`].
+    expected_off_cpu: &'static [ExpectedShare],
+    /// [`Sample::tasks`].
+    tasks: &'static [ExpectedTask],
+    /// [`Sample::expected_depth`].
+    expected_depth: Option<ExpectedDepth>,
+    /// [`Sample::min_kernel_pct`].
+    min_kernel_pct: f64,
+}
 
-const THREADS_TASKS: &[ExpectedTask] = &[
+/// The path of `src/bin/NAME.rs` in this crate.
+macro_rules! bin_source {
+    ($name:literal) => {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/", $name, ".rs")
+    };
+}
+
+const fn self_pct(function: &'static str, pct: f64) -> ExpectedShare {
+    ExpectedShare {
+        function,
+        kind: ShareKind::SelfPct,
+        pct,
+    }
+}
+
+const fn total_pct(function: &'static str, pct: f64) -> ExpectedShare {
+    ExpectedShare {
+        function,
+        kind: ShareKind::TotalPct,
+        pct,
+    }
+}
+
+const fn thread(function: &'static str, pct: f64) -> ExpectedTask {
     ExpectedTask {
-        function: "threads_worker_a",
+        function,
         kind: TaskKind::Thread,
-        pct: 100.0 / 6.0,
-    },
-    ExpectedTask {
-        function: "threads_worker_b",
-        kind: TaskKind::Thread,
-        pct: 200.0 / 6.0,
-    },
-    ExpectedTask {
-        function: "threads_worker_c",
-        kind: TaskKind::Thread,
-        pct: 50.0,
-    },
-];
+        pct,
+    }
+}
 
-const PROC_TREE_EXPECTED: &[ExpectedShare] = &[
-    // 4 : 6 : 5 : 5 twentieths of identical units.
-    ExpectedShare {
-        function: "proc_tree_parent",
-        kind: ShareKind::SelfPct,
-        pct: 20.0,
-    },
-    ExpectedShare {
-        function: "proc_tree_child",
-        kind: ShareKind::SelfPct,
-        pct: 30.0,
-    },
-    ExpectedShare {
-        function: "proc_tree_producer",
-        kind: ShareKind::SelfPct,
-        pct: 25.0,
-    },
-    ExpectedShare {
-        function: "proc_tree_consumer",
-        kind: ShareKind::SelfPct,
-        pct: 25.0,
-    },
-];
-
-const PROC_TREE_TASKS: &[ExpectedTask] = &[
+const fn process(function: &'static str, pct: f64) -> ExpectedTask {
     ExpectedTask {
-        function: "proc_tree_parent",
+        function,
         kind: TaskKind::Process,
-        pct: 20.0,
+        pct,
+    }
+}
+
+/// Every workload's facts, one entry per [`Sample`], in the order of [`Sample::ALL`].
+const SPECS: &[Spec] = &[
+    Spec {
+        sample: Sample::CpuMix,
+        name: "cpu-mix",
+        source: bin_source!("cpu-mix"),
+        work_flag: "--units",
+        default_work: 285_000,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            // Rounds of 5 + 3 + 2 units of an identical loop body: the split is exact by
+            // construction (timing each call gives 49.9 / 30.0 / 20.1).
+            self_pct("cpu_mix_alpha", 50.0),
+            self_pct("cpu_mix_beta", 30.0),
+            self_pct("cpu_mix_gamma", 20.0),
+            // Everything but process start-up and exit runs under it; needs full unwinding.
+            total_pct("cpu_mix_run", 100.0),
+        ],
+        expected_off_cpu: &[],
+        tasks: &[],
+        expected_depth: None,
+        min_kernel_pct: 0.0,
     },
-    ExpectedTask {
-        function: "proc_tree_child",
-        kind: TaskKind::Process,
-        pct: 30.0,
+    Spec {
+        sample: Sample::SyscallLoop,
+        name: "syscall-loop",
+        source: bin_source!("syscall-loop"),
+        work_flag: "--iterations",
+        default_work: 1_200_000,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            // Only this is by construction. How the time splits between read and write
+            // depends on the kernel and CPU (measured ≈ 80 / 20 on a 2-core AMD EPYC VM,
+            // kernel 6.1), so it is left out; `min_kernel_pct` is the kernel side.
+            total_pct("syscall_loop_run", 100.0),
+        ],
+        expected_off_cpu: &[],
+        tasks: &[],
+        expected_depth: None,
+        // Measured 86.7%; see `Sample::min_kernel_pct`.
+        min_kernel_pct: 75.0,
     },
-    ExpectedTask {
-        function: "proc_tree_producer",
-        kind: TaskKind::Process,
-        pct: 25.0,
+    Spec {
+        sample: Sample::Threads,
+        name: "threads",
+        source: bin_source!("threads"),
+        work_flag: "--units",
+        default_work: 285_000,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            // 1 : 2 : 3 sixths of identical units.
+            self_pct("threads_worker_a", 100.0 / 6.0),
+            self_pct("threads_worker_b", 200.0 / 6.0),
+            self_pct("threads_worker_c", 50.0),
+        ],
+        expected_off_cpu: &[],
+        tasks: &[
+            thread("threads_worker_a", 100.0 / 6.0),
+            thread("threads_worker_b", 200.0 / 6.0),
+            thread("threads_worker_c", 50.0),
+        ],
+        expected_depth: None,
+        min_kernel_pct: 0.0,
     },
-    ExpectedTask {
-        function: "proc_tree_consumer",
-        kind: TaskKind::Process,
-        pct: 25.0,
+    Spec {
+        sample: Sample::ProcTree,
+        name: "proc-tree",
+        source: bin_source!("proc-tree"),
+        work_flag: "--units",
+        default_work: 285_000,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            // 4 : 6 : 5 : 5 twentieths of identical units.
+            self_pct("proc_tree_parent", 20.0),
+            self_pct("proc_tree_child", 30.0),
+            self_pct("proc_tree_producer", 25.0),
+            self_pct("proc_tree_consumer", 25.0),
+        ],
+        expected_off_cpu: &[],
+        tasks: &[
+            process("proc_tree_parent", 20.0),
+            process("proc_tree_child", 30.0),
+            process("proc_tree_producer", 25.0),
+            process("proc_tree_consumer", 25.0),
+        ],
+        expected_depth: None,
+        min_kernel_pct: 0.0,
+    },
+    Spec {
+        sample: Sample::Sleeper,
+        name: "sleeper",
+        source: bin_source!("sleeper"),
+        work_flag: "--rounds",
+        default_work: 10,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            // On CPU only the spin works; start-up and the wake-ups are a few samples of
+            // ~200.
+            self_pct("sleeper_spin", 100.0),
+        ],
+        expected_off_cpu: &[
+            // Sleeps of 20 and 60 ms per round. The spin never blocks, but on a busy
+            // machine it is preempted, and a recorder that counts time runnable-but-waiting
+            // as off CPU charges that to the spin: so these are shares of the off-CPU time
+            // outside `sleeper_spin`.
+            total_pct("sleeper_short", 25.0),
+            total_pct("sleeper_long", 75.0),
+        ],
+        tasks: &[],
+        expected_depth: None,
+        min_kernel_pct: 0.0,
+    },
+    Spec {
+        sample: Sample::InlineHeavy,
+        name: "inline-heavy",
+        source: bin_source!("inline-heavy"),
+        work_flag: "--units",
+        default_work: 285_000,
+        // The helpers exist only as DWARF inlined subroutines.
+        debug_info: DebugInfo::Full,
+        expected: &[
+            // As cpu-mix, but the leaves are inlined frames: they need DWARF inline
+            // information.
+            self_pct("inline_heavy_alpha", 50.0),
+            self_pct("inline_heavy_beta", 30.0),
+            self_pct("inline_heavy_gamma", 20.0),
+            total_pct("inline_heavy_run", 100.0),
+        ],
+        expected_off_cpu: &[],
+        tasks: &[],
+        expected_depth: None,
+        min_kernel_pct: 0.0,
+    },
+    Spec {
+        sample: Sample::Recursion,
+        name: "recursion",
+        source: bin_source!("recursion"),
+        work_flag: "--units",
+        default_work: 285_000,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            self_pct("recursion_leaf", 100.0),
+            total_pct("recursion_descend", 100.0),
+        ],
+        expected_off_cpu: &[],
+        tasks: &[],
+        // 250 levels below the first call: 251 frames.
+        expected_depth: Some(ExpectedDepth {
+            function: "recursion_descend",
+            frames: 251,
+            leaf: "recursion_leaf",
+        }),
+        min_kernel_pct: 0.0,
+    },
+    Spec {
+        sample: Sample::DeepStack,
+        name: "deep-stack",
+        source: bin_source!("deep-stack"),
+        work_flag: "--units",
+        default_work: 285_000,
+        debug_info: DebugInfo::LineTables,
+        expected: &[
+            // Everything but start-up, the thread's creation and exit is at the bottom.
+            self_pct("deep_stack_leaf", 100.0),
+            total_pct("deep_stack_run", 100.0),
+        ],
+        expected_off_cpu: &[],
+        // Two threads (halves of the units) that run the same functions: none tells them
+        // apart, so no task split is expected.
+        tasks: &[],
+        // 100 levels below the first call: 101 frames.
+        expected_depth: Some(ExpectedDepth {
+            function: "deep_stack_descend_a",
+            frames: 101,
+            leaf: "deep_stack_leaf",
+        }),
+        min_kernel_pct: 0.0,
     },
 ];
 
-const SLEEPER_EXPECTED: &[ExpectedShare] = &[
-    // On CPU only the spin works; start-up and the wake-ups are a few samples of ~200.
-    ExpectedShare {
-        function: "sleeper_spin",
-        kind: ShareKind::SelfPct,
-        pct: 100.0,
-    },
-];
-
-const SLEEPER_OFF_CPU_EXPECTED: &[ExpectedShare] = &[
-    // Sleeps of 20 and 60 ms per round. The spin never blocks, but on a busy machine it is
-    // preempted, and a recorder that counts time runnable-but-waiting as off CPU charges
-    // that to the spin: so these are shares of the off-CPU time outside `sleeper_spin`.
-    ExpectedShare {
-        function: "sleeper_short",
-        kind: ShareKind::TotalPct,
-        pct: 25.0,
-    },
-    ExpectedShare {
-        function: "sleeper_long",
-        kind: ShareKind::TotalPct,
-        pct: 75.0,
-    },
-];
-
-const INLINE_HEAVY_EXPECTED: &[ExpectedShare] = &[
-    // As cpu-mix, but the leaves are inlined frames: they need DWARF inline information.
-    ExpectedShare {
-        function: "inline_heavy_alpha",
-        kind: ShareKind::SelfPct,
-        pct: 50.0,
-    },
-    ExpectedShare {
-        function: "inline_heavy_beta",
-        kind: ShareKind::SelfPct,
-        pct: 30.0,
-    },
-    ExpectedShare {
-        function: "inline_heavy_gamma",
-        kind: ShareKind::SelfPct,
-        pct: 20.0,
-    },
-    ExpectedShare {
-        function: "inline_heavy_run",
-        kind: ShareKind::TotalPct,
-        pct: 100.0,
-    },
-];
-
-const RECURSION_EXPECTED: &[ExpectedShare] = &[
-    ExpectedShare {
-        function: "recursion_leaf",
-        kind: ShareKind::SelfPct,
-        pct: 100.0,
-    },
-    ExpectedShare {
-        function: "recursion_descend",
-        kind: ShareKind::TotalPct,
-        pct: 100.0,
-    },
-];
-
-const DEEP_STACK_EXPECTED: &[ExpectedShare] = &[
-    // Everything but start-up, the thread's creation and exit is at the bottom.
-    ExpectedShare {
-        function: "deep_stack_leaf",
-        kind: ShareKind::SelfPct,
-        pct: 100.0,
-    },
-    ExpectedShare {
-        function: "deep_stack_run",
-        kind: ShareKind::TotalPct,
-        pct: 100.0,
-    },
-];
+// `Sample::spec` indexes `SPECS` by discriminant: every sample has its entry, in order.
+const _: () = {
+    assert!(SPECS.len() == Sample::ALL.len());
+    let mut i = 0;
+    while i < SPECS.len() {
+        assert!(SPECS[i].sample as usize == i && Sample::ALL[i] as usize == i);
+        i += 1;
+    }
+};
 
 impl Sample {
     /// Every sample, in a stable order.
@@ -367,64 +430,39 @@ impl Sample {
         Sample::DeepStack,
     ];
 
+    /// The sample's entry in `SPECS`.
+    const fn spec(self) -> &'static Spec {
+        &SPECS[self as usize]
+    }
+
     /// The binary's name, e.g. `cpu-mix` (also the stem of its source file).
     pub const fn name(self) -> &'static str {
-        match self {
-            Sample::CpuMix => "cpu-mix",
-            Sample::SyscallLoop => "syscall-loop",
-            Sample::Threads => "threads",
-            Sample::ProcTree => "proc-tree",
-            Sample::Sleeper => "sleeper",
-            Sample::InlineHeavy => "inline-heavy",
-            Sample::Recursion => "recursion",
-            Sample::DeepStack => "deep-stack",
-        }
+        self.spec().name
     }
 
     /// The path of the sample's source file.
     pub fn source_path(self) -> &'static Path {
-        Path::new(match self {
-            Sample::CpuMix => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/cpu-mix.rs"),
-            Sample::SyscallLoop => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/syscall-loop.rs"),
-            Sample::Threads => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/threads.rs"),
-            Sample::ProcTree => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/proc-tree.rs"),
-            Sample::Sleeper => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/sleeper.rs"),
-            Sample::InlineHeavy => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/inline-heavy.rs"),
-            Sample::Recursion => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/recursion.rs"),
-            Sample::DeepStack => concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/deep-stack.rs"),
-        })
+        Path::new(self.spec().source)
     }
 
     /// The expected on-CPU profile (`cpu-clock`, `task-clock`), as shares of all samples of
     /// the sample's processes when it runs its default work size (shorter runs let process
     /// start-up weigh in).
     pub const fn expected(self) -> &'static [ExpectedShare] {
-        match self {
-            Sample::CpuMix => CPU_MIX_EXPECTED,
-            Sample::SyscallLoop => SYSCALL_LOOP_EXPECTED,
-            Sample::Threads => THREADS_EXPECTED,
-            Sample::ProcTree => PROC_TREE_EXPECTED,
-            Sample::Sleeper => SLEEPER_EXPECTED,
-            Sample::InlineHeavy => INLINE_HEAVY_EXPECTED,
-            Sample::Recursion => RECURSION_EXPECTED,
-            Sample::DeepStack => DEEP_STACK_EXPECTED,
-        }
+        self.spec().expected
     }
 
     /// The expected off-CPU profile (`-e off-cpu`), as shares of the total blocked time
     /// (the sum of the sample weights) of the stacks without any of
     /// [`Sample::off_cpu_excluded`]; empty when the sample's blocking is incidental.
     pub const fn expected_off_cpu(self) -> &'static [ExpectedShare] {
-        match self {
-            Sample::Sleeper => SLEEPER_OFF_CPU_EXPECTED,
-            _ => &[],
-        }
+        self.spec().expected_off_cpu
     }
 
     /// Functions whose off-CPU time depends on the machine's load rather than on the
-    /// construction; off-CPU shares are of the stacks without them. None now: the
-    /// recorder counts only blocked time, so a spin loop that gets preempted (still
-    /// runnable) adds nothing.
+    /// construction; off-CPU shares are of the stacks without them. None now, for every
+    /// sample: the recorder counts only blocked time, so a spin loop that gets preempted
+    /// (still runnable) adds nothing.
     pub const fn off_cpu_excluded(self) -> &'static [&'static str] {
         &[]
     }
@@ -432,38 +470,17 @@ impl Sample {
     /// How the on-CPU samples split across processes or threads; empty for a sample that
     /// runs in one thread (or whose other threads are incidental).
     pub const fn tasks(self) -> &'static [ExpectedTask] {
-        match self {
-            Sample::Threads => THREADS_TASKS,
-            Sample::ProcTree => PROC_TREE_TASKS,
-            _ => &[],
-        }
+        self.spec().tasks
     }
 
     /// The stack depth a whole stack of this sample reaches, if that is the point of it.
     pub const fn expected_depth(self) -> Option<ExpectedDepth> {
-        match self {
-            // 250 levels below the first call: 251 frames.
-            Sample::Recursion => Some(ExpectedDepth {
-                function: "recursion_descend",
-                frames: 251,
-                leaf: "recursion_leaf",
-            }),
-            // 100 levels below the first call: 101 frames.
-            Sample::DeepStack => Some(ExpectedDepth {
-                function: "deep_stack_descend_a",
-                frames: 101,
-                leaf: "deep_stack_leaf",
-            }),
-            _ => None,
-        }
+        self.spec().expected_depth
     }
 
     /// How much debug information [`build`] compiles the sample with.
     pub const fn debug_info(self) -> DebugInfo {
-        match self {
-            Sample::InlineHeavy => DebugInfo::Full,
-            _ => DebugInfo::LineTables,
-        }
+        self.spec().debug_info
     }
 
     /// The least share of samples, in percent, whose leaf frame is in the kernel.
@@ -471,38 +488,17 @@ impl Sample {
     /// `syscall-loop` measured 86.7% (kernel 6.1, AMD EPYC VM, mitigations on); the bound
     /// leaves room for kernels with a cheaper syscall entry.
     pub const fn min_kernel_pct(self) -> f64 {
-        match self {
-            Sample::SyscallLoop => 75.0,
-            _ => 0.0,
-        }
+        self.spec().min_kernel_pct
     }
 
     /// Work size when no arguments are given: about one second of CPU on a modern core.
     pub const fn default_work(self) -> u64 {
-        match self {
-            Sample::CpuMix
-            | Sample::Threads
-            | Sample::ProcTree
-            | Sample::InlineHeavy
-            | Sample::Recursion
-            | Sample::DeepStack => 285_000,
-            Sample::SyscallLoop => 1_200_000,
-            Sample::Sleeper => 10,
-        }
+        self.spec().default_work
     }
 
     /// The command-line flag that sets the work size.
     pub const fn work_flag(self) -> &'static str {
-        match self {
-            Sample::CpuMix
-            | Sample::Threads
-            | Sample::ProcTree
-            | Sample::InlineHeavy
-            | Sample::Recursion
-            | Sample::DeepStack => "--units",
-            Sample::SyscallLoop => "--iterations",
-            Sample::Sleeper => "--rounds",
-        }
+        self.spec().work_flag
     }
 
     /// Arguments that make the sample run `work` units of work (see [`Sample::default_work`]).
@@ -681,30 +677,24 @@ fn build_with(
     result
 }
 
-fn rustc_flags(sample: Sample, fp: FramePointers) -> Vec<&'static str> {
-    let mut flags = vec![
+fn rustc_flags(sample: Sample, fp: FramePointers) -> Vec<String> {
+    let debug_info = match sample.debug_info() {
+        DebugInfo::LineTables => "-Cdebuginfo=line-tables-only",
+        DebugInfo::Full => "-Cdebuginfo=2",
+    };
+    let mut flags: Vec<String> = [
         "--edition=2021",
         "--crate-type=bin",
         "-Copt-level=3",
-        match sample.debug_info() {
-            DebugInfo::LineTables => "-Cdebuginfo=line-tables-only",
-            DebugInfo::Full => "-Cdebuginfo=2",
-        },
-    ];
+        debug_info,
+    ]
+    .map(String::from)
+    .into();
     if fp == FramePointers::Yes {
-        flags.push("-Cforce-frame-pointers=yes");
+        flags.push("-Cforce-frame-pointers=yes".to_owned());
     }
     // rustc would derive the crate name from the file stem, which has dashes.
-    flags.push(match sample {
-        Sample::CpuMix => "--crate-name=cpu_mix",
-        Sample::SyscallLoop => "--crate-name=syscall_loop",
-        Sample::Threads => "--crate-name=threads",
-        Sample::ProcTree => "--crate-name=proc_tree",
-        Sample::Sleeper => "--crate-name=sleeper",
-        Sample::InlineHeavy => "--crate-name=inline_heavy",
-        Sample::Recursion => "--crate-name=recursion",
-        Sample::DeepStack => "--crate-name=deep_stack",
-    });
+    flags.push(format!("--crate-name={}", sample.name().replace('-', "_")));
     flags
 }
 
@@ -734,7 +724,7 @@ fn unique_build_dir(dir: &Path, sample: Sample) -> Result<PathBuf, BuildError> {
 
 fn compile(
     rustc: &OsStr,
-    flags: &[&str],
+    flags: &[String],
     sample: Sample,
     work_dir: &Path,
 ) -> Result<(), BuildError> {
@@ -863,7 +853,7 @@ mod tests {
     fn inline_heavy_is_built_with_full_debug_info_and_the_others_are_not() {
         for &sample in Sample::ALL {
             let flags = rustc_flags(sample, FramePointers::No);
-            let full = flags.contains(&"-Cdebuginfo=2");
+            let full = flags.iter().any(|f| f == "-Cdebuginfo=2");
             assert_eq!(full, sample == Sample::InlineHeavy, "{sample}: {flags:?}");
             assert_eq!(full, sample.debug_info() == DebugInfo::Full);
         }
@@ -1025,6 +1015,56 @@ mod tests {
             assert!(
                 source.contains(&format!("\"{}\"", sample.work_flag())),
                 "{sample}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_source_in_src_bin_is_a_sample_named_after_it() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin");
+        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+            .expect("read src/bin")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        files.sort();
+        let mut sources: Vec<PathBuf> = Sample::ALL
+            .iter()
+            .map(|s| s.source_path().to_path_buf())
+            .collect();
+        sources.sort();
+        assert_eq!(files, sources);
+        for &sample in Sample::ALL {
+            assert_eq!(
+                sample.source_path().file_stem(),
+                Some(OsStr::new(sample.name())),
+                "{sample}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_readme_and_the_manifest_list_every_sample() {
+        let read = |file: &str| {
+            fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+                .unwrap_or_else(|e| panic!("read {file}: {e}"))
+        };
+        let readme = read("README.md");
+        let manifest = read("Cargo.toml");
+        for &sample in Sample::ALL {
+            let name = sample.name();
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| [{name}](#{name}) |")))
+                .unwrap_or_else(|| panic!("{name} is not in the README's table"));
+            let work = format!("| `{} {}` |", sample.work_flag(), sample.default_work());
+            assert!(row.ends_with(&work), "{name}: {row:?} should end {work:?}");
+            assert!(
+                readme.contains(&format!("\n## {name}\n")),
+                "{name} has no README section"
+            );
+            assert!(
+                manifest.contains(&format!("`{name}`")),
+                "{name} is not in Cargo.toml's comment"
             );
         }
     }
