@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use flamerec_perf::parse::{split, Layout, PerfRecord};
 use flamerec_perf::sys::{
     self, disable, enable, perf_event_open, poll_readable, Counter, EventConfig, RingBuffer,
-    REGS_BP_SP_IP,
 };
 use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::UserRegs;
@@ -92,28 +91,11 @@ struct Armed {
 }
 
 fn config(kernel: bool) -> EventConfig {
+    let cfg = EventConfig::thread_stack(Counter::CpuClock, PERIOD_NS, STACK_COPY, kernel);
     EventConfig {
-        counter: Counter::CpuClock,
-        frequency: 0,
-        period: PERIOD_NS,
-        context_switch: false,
-        sample_type: sys::sample::IP
-            | sys::sample::TID
-            | sys::sample::TIME
-            | sys::sample::CALLCHAIN
-            | sys::sample::REGS_USER
-            | sys::sample::STACK_USER,
-        exclude_kernel: !kernel,
-        inherit: false,
-        enable_on_exec: false,
-        side_band: false,
-        max_stack: 0,
-        wakeup_bytes: 0,
-        wakeup_events: 1,
-        exclude_callchain_user: true,
-        sample_regs_user: REGS_BP_SP_IP,
-        sample_stack_user: STACK_COPY,
-        defer_user: false,
+        // The leaf's address, also where the user stack cannot be unwound.
+        sample_type: cfg.sample_type | sys::sample::IP,
+        ..cfg
     }
 }
 

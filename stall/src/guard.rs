@@ -73,28 +73,7 @@ impl Drop for ThreadGuard {
 
 /// The event every registered thread gets under the CPU clock.
 pub(crate) fn event_config(period_ns: u64, stack_bytes: u32, kernel: bool) -> EventConfig {
-    EventConfig {
-        counter: Counter::TaskClock,
-        frequency: 0,
-        period: period_ns,
-        context_switch: false,
-        sample_type: sys::sample::TID
-            | sys::sample::TIME
-            | sys::sample::CALLCHAIN
-            | sys::sample::REGS_USER
-            | sys::sample::STACK_USER,
-        exclude_kernel: !kernel,
-        inherit: false,
-        enable_on_exec: false,
-        side_band: false,
-        max_stack: 0,
-        wakeup_bytes: 0,
-        wakeup_events: 1,
-        exclude_callchain_user: true,
-        sample_regs_user: sys::REGS_BP_SP_IP,
-        sample_stack_user: stack_bytes,
-        defer_user: false,
-    }
+    EventConfig::thread_stack(Counter::TaskClock, period_ns, stack_bytes, kernel)
 }
 
 /// Data pages of a thread's ring: room for about six samples, so a watcher

@@ -140,6 +140,39 @@ pub struct EventConfig {
     pub defer_user: bool,
 }
 
+impl EventConfig {
+    /// One thread sampled every `period_ns` nanoseconds of `counter`: the
+    /// kernel's callchain without user frames (none with `kernel` false),
+    /// the user registers bp, sp and ip and `stack_bytes` of user stack to
+    /// unwind, tid and time; a poller woken at every sample; no inheritance,
+    /// no side band. What `flamerec stacks` and the stall library open per
+    /// thread (each adds what it needs on top).
+    pub fn thread_stack(counter: Counter, period_ns: u64, stack_bytes: u32, kernel: bool) -> Self {
+        EventConfig {
+            counter,
+            frequency: 0,
+            period: period_ns,
+            context_switch: false,
+            sample_type: sample::TID
+                | sample::TIME
+                | sample::CALLCHAIN
+                | sample::REGS_USER
+                | sample::STACK_USER,
+            exclude_kernel: !kernel,
+            inherit: false,
+            enable_on_exec: false,
+            side_band: false,
+            max_stack: 0,
+            wakeup_bytes: 0,
+            wakeup_events: 1,
+            exclude_callchain_user: true,
+            sample_regs_user: REGS_BP_SP_IP,
+            sample_stack_user: stack_bytes,
+            defer_user: false,
+        }
+    }
+}
+
 /// The user registers flamerec samples for unwinding: bp, sp, ip (in this
 /// order in the sample, as their bit numbers ascend).
 pub const REGS_BP_SP_IP: u64 =

@@ -13,8 +13,7 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 pub(crate) use flamerec_perf::sys::{
-    enable, monotonic_ns, page_size, perf_event_open, read_remote, sample, Counter, EventConfig,
-    RingBuffer, REGS_BP_SP_IP,
+    enable, monotonic_ns, page_size, perf_event_open, read_remote, Counter, EventConfig, RingBuffer,
 };
 
 /// The kernel's id of the calling thread.
