@@ -25,6 +25,7 @@ mod aggregate;
 pub mod diff;
 mod error;
 pub mod export;
+pub mod input;
 mod lines;
 mod merge;
 mod output;
@@ -131,7 +132,7 @@ pub fn fold_recording_with_progress(
         path: path.to_path_buf(),
         source,
     };
-    if is_perf_data(path) {
+    if input::sniff(path).is_ok_and(|k| k == input::InputKind::PerfData) {
         let imported = perfdata::import(path, &opts.kallsyms)?;
         let reader = Reader::new(Cursor::new(imported.bytes)).map_err(format_err)?;
         let mut profile = fold_reader(reader, path, opts, progress)?;
@@ -262,13 +263,4 @@ fn start_prefetch(
         .map(|m| m.build_id.clone())
         .collect();
     symbolize::Prefetch::start(pool, build_ids, opts.debug_dirs.clone())
-}
-
-/// Whether the file starts with the perf.data magic.
-fn is_perf_data(path: &Path) -> bool {
-    let mut magic = [0u8; 8];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && &magic == b"PERFILE2"
 }

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::BufReader;
 use std::path::Path;
 
 use flamerec_fold::diff::Side;
@@ -51,11 +51,10 @@ pub(crate) fn read(path: &Path) -> Result<Source, ViewerError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|f| f.take(8).read_to_end(&mut bytes))
-        .map_err(read_err)?;
-    if bytes.as_slice() == b"FLAMEREC" || bytes.as_slice() == b"PERFILE2" {
+    if flamerec_fold::input::sniff(path)
+        .map_err(read_err)?
+        .is_recording()
+    {
         return from_recording(path);
     }
     // Folded text, read by the same rules as `flamerec diff`.

@@ -60,7 +60,7 @@ mod tally;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -192,14 +192,8 @@ impl Side {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = File::open(path).map_err(read_err)?;
-        let mut magic = Vec::with_capacity(8);
-        (&mut file)
-            .take(8)
-            .read_to_end(&mut magic)
-            .map_err(read_err)?;
-        let mut side = if magic == flamerec_format::MAGIC || magic == b"PERFILE2" {
-            drop(file);
+        let kind = crate::input::sniff(path).map_err(read_err)?;
+        let mut side = if kind.is_recording() {
             let profile = crate::fold_recording(path, opts)?;
             Side::from_profile(profile)
         } else {

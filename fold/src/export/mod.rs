@@ -23,7 +23,7 @@ mod proto;
 mod speedscope;
 
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
 use flamerec_format::{Frame, FrameId, Metadata, Module, Sample, StackId, Tables};
@@ -329,9 +329,7 @@ fn no_timeline() -> io::Error {
 /// Whether `path` holds folded text rather than a recording (`.frec` or
 /// perf.data), by its first bytes.
 pub fn is_folded_text(path: &Path) -> io::Result<bool> {
-    let mut magic = Vec::with_capacity(8);
-    File::open(path)?.take(8).read_to_end(&mut magic)?;
-    Ok(magic != flamerec_format::MAGIC && magic != b"PERFILE2")
+    Ok(crate::input::sniff(path)? == crate::input::InputKind::FoldedText)
 }
 
 /// Reads folded text for [`write_pprof_folded`]: distinct stacks with

@@ -6,7 +6,7 @@
 //! first: the header's sections, the feature section table, and inside the
 //! feature sections folding reads (event descriptions, host name, kernel
 //! release, command line). Only little-endian files (`PERFILE2` as is) are
-//! accepted, which is what `is_perf_data` detects.
+//! accepted, which is what `crate::input::sniff` detects.
 
 /// Size of the perf.data file header.
 const HEADER: u64 = 104;
