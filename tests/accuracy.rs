@@ -11,16 +11,15 @@
 //! Tests need perf_event_open and, for the agreement, the `perf` tool: where perf events are
 //! denied they fail naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set; a missing
 //! `perf` is installed with apt-get when running as root, and is a failure otherwise — never
-//! a silent pass. Modes the recorder does not support yet (see [`REFUSALS`]) are asserted to
-//! be refused with their exact message and reported on stderr as not available; the
-//! moment the recorder accepts them, the same test runs the real checks.
+//! a silent pass.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-use flamerec_samples::{build, frame_is, FramePointers, Sample, ShareKind, TaskKind};
+use crate::common::{flamerec, sample_bin, stderr};
+use flamerec_samples::{frame_is, FramePointers, Sample, ShareKind, TaskKind};
 use flamerec_samples::{ExpectedShare, TOLERANCE_PCT};
 
 /// Largest total variation distance (0–1) allowed between flamerec's and perf's
@@ -38,23 +37,6 @@ const ENTRY_FRAMES: &[&str] = &["start", "clone", "clone3", "start_thread"];
 fn is_entry(frame: &str) -> bool {
     ENTRY_FRAMES.contains(&frame.trim_start_matches('_'))
 }
-
-/// What the recorder says for a mode it does not support yet, with the issue that adds it
-/// (the check turns into the real one by itself when the refusal goes away).
-const REFUSALS: &[(&str, &str, &str)] = &[
-    // Issue 5 (dwarf call graphs) — landed; kept so an accidental regression reads clearly.
-    (
-        "dwarf",
-        "flamerec: error: -g dwarf is not supported yet; use -g fp",
-        "record -g dwarf unsupported",
-    ),
-    // Issue 4 (recorder: off-cpu events) — landed; kept for the same reason.
-    (
-        "off-cpu",
-        "flamerec: error: -e off-cpu is not supported yet",
-        "record -e off-cpu unsupported",
-    ),
-];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -82,20 +64,8 @@ impl Mode {
 
 type Stacks = Vec<(Vec<String>, u64)>;
 
-fn flamerec() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_flamerec"))
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 fn skipping() -> bool {
     std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
-}
-
-fn sample_bin(sample: Sample, fp: FramePointers) -> PathBuf {
-    build(sample, fp).unwrap_or_else(|e| panic!("cannot build sample {sample}: {e}"))
 }
 
 /// Held while a workload runs under a recorder: shares are CPU time, and
@@ -108,8 +78,7 @@ fn workload_lock() -> MutexGuard<'static, ()> {
     WORKLOAD.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Records `bin args` with flamerec; `None` when perf tests are skipped or the recorder
-/// refuses a mode it does not support yet (asserted to be the exact known refusal).
+/// Records `bin args` with flamerec; `None` when perf tests are skipped.
 fn record(out: &Path, what: &str, extra: &[&str], bin: &Path, args: &[String]) -> Option<()> {
     let running = workload_lock();
     let o = flamerec()
@@ -128,15 +97,6 @@ fn record(out: &Path, what: &str, extra: &[&str], bin: &Path, args: &[String]) -
 /// Whether flamerec's run recorded, as [`record`] says.
 fn recorded(o: Output, what: &str) -> Option<()> {
     let err = stderr(&o);
-    if err.contains("not supported yet") {
-        let line = err.trim_end();
-        let refusal = REFUSALS.iter().find(|r| r.1 == line);
-        let Some((name, _, reason)) = refusal else {
-            panic!("{what}: refused with an unknown message: {line:?}")
-        };
-        eprintln!("flamerec {name}: not available ({reason}) — {what} not checked");
-        return None;
-    }
     if err.contains("perf_event_open") || err.contains("perf_event_paranoid") {
         if skipping() {
             eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");

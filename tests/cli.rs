@@ -4,12 +4,10 @@
 //! Tests need perf_event_open. Where it is denied they fail naming the
 //! cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
 
 #[test]

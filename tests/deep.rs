@@ -7,9 +7,7 @@
 //! Tests that record need perf_event_open. Where it is denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
 
 /// Frames a whole stack starts with, below the process name: the main

@@ -5,12 +5,10 @@
 //! Tests that record need perf_event_open. Where it is denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{flamerec, sample_bin, stderr, tmp};
+use crate::common::{flamerec, sample_bin, stderr, tmp};
 use flamerec_samples::{FramePointers, Sample};
 
 /// Records `cmd` into `out` with frame pointers; `None` when perf tests are skipped.
@@ -20,7 +18,7 @@ use flamerec_samples::{FramePointers, Sample};
 /// has a standard deviation of 2 points, so the 5-point tolerance was 2.4σ
 /// (CI saw −6.4). With ≈ 5,000 samples each it is 0.9 points: 5 points is 5.4σ.
 fn record(out: &Path, cmd: &[&str]) -> Option<()> {
-    let o = common::record(out, &["-g", "fp", "-F", "4999"], cmd)?;
+    let o = crate::common::record(out, &["-g", "fp", "-F", "4999"], cmd)?;
     assert!(o.status.success(), "record failed: {}", stderr(&o));
     Some(())
 }
@@ -467,7 +465,7 @@ fn sides_that_measured_different_things_are_refused_or_explained() {
         return;
     };
     let task = dir.path().join("task.frec");
-    let o = common::record(
+    let o = crate::common::record(
         &task,
         &["-e", "task-clock", "-g", "fp"],
         &[cpu_mix().to_str().unwrap(), "--units", "100000"],
@@ -484,7 +482,7 @@ fn sides_that_measured_different_things_are_refused_or_explained() {
 
     // Different frequencies: compared in nanoseconds, and said.
     let slow = dir.path().join("slow.frec");
-    let o = common::record(
+    let o = crate::common::record(
         &slow,
         &["-g", "fp", "-F", "999"],
         &[cpu_mix().to_str().unwrap(), "--units", "100000"],

@@ -1,9 +1,7 @@
 //! Folding does not depend on how it is run: one symbolization thread or
 //! several, no cache, a cold cache or a warm one give the same bytes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
 
 /// `flamerec fold` of `rec` with `extra`, its stdout as bytes.

@@ -5,13 +5,11 @@
 //! Tests that record need perf_event_open. Where it is denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{flamerec, stderr, tmp};
+use crate::common::{flamerec, stderr, tmp};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>

@@ -8,12 +8,10 @@
 //! Tests that record need perf_event_open. Where it is denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fold, record, stderr, tmp};
+use crate::common::{fold, record, stderr, tmp};
 
 const LIBRARY: &str = include_str!("programs/plt/lib.c");
 const PROGRAM: &str = include_str!("programs/plt/main.c");

@@ -2,13 +2,11 @@
 //! pointers, off-CPU time, attaching, system-wide mode, signals, profiler
 //! frame trimming and failures. Each records real workloads.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
 
 /// Kernel functions of the scheduler that off-CPU trimming removes.

@@ -11,8 +11,6 @@
 //! refused the test fails naming the cause, unless
 //! FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -21,7 +19,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{flamerec, stderr};
+use crate::common::{flamerec, stderr};
 use serde_json::Value;
 
 /// Generous: the VM running the tests is shared and busy.

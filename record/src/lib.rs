@@ -3,11 +3,13 @@
 //! interned stack of (module, offset) frames, trim the profiler's own
 //! kernel frames, and stream it all into a `.frec` file.
 //!
-//! All unsafe code lives in [`sys`]; everything else works on bytes copied
-//! out of the ring buffers. This crate never symbolizes user code: that is
-//! `fold`'s job, offline.
+//! All unsafe code lives in [`sys`]; everything else works on bytes read in
+//! place from the ring buffers or copied out of them. Samples are stored as
+//! (module, offset) frames, never names; at the end of a recording `embed`
+//! names the distinct frames with `flamerec-symbolize` and stores the names
+//! in the file (unless `--no-embed-symbols`), so `fold` needs no binaries.
 
-// Unsafe code is confined to `sys` (STYLE.md): everything else is checked.
+// Unsafe code is confined to `sys`: everything else is checked.
 #![deny(unsafe_code)]
 
 mod deep;

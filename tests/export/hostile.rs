@@ -10,9 +10,9 @@ use flamerec_format::{
 };
 use serde_json::Value;
 
+use super::consumers::{pprof, speedscope_import};
+use super::{export, gunzip_json};
 use crate::common::*;
-use crate::consumers::{pprof, speedscope_import};
-use crate::{export, gunzip_json};
 
 const KBASE: u64 = 0xffff_ffff_8100_0000;
 const MAIN_COMM: &str = "</script><b>\"q'&amp;\n";
@@ -252,7 +252,7 @@ fn invalid_utf8_in_a_mapping_path_survives_perf_data_exports() {
     let link = dir.path().join("cpu-mix-link");
     std::os::unix::fs::symlink(&bin, &link).unwrap();
     let data = dir.path().join("perf.data");
-    let o = std::process::Command::new(crate::consumers::perf())
+    let o = std::process::Command::new(super::consumers::perf())
         .args(["record", "-q", "-e", "cpu-clock", "-F", "999", "-g", "-o"])
         .arg(&data)
         .arg("--")

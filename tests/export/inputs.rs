@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
+use super::consumers::{self, pprof, speedscope_import};
+use super::{assert_top_matches, export, gunzip_json, recording, summary, thread_weights};
 use crate::common::*;
-use crate::consumers::{self, pprof, speedscope_import};
-use crate::{assert_top_matches, export, gunzip_json, recording, summary, thread_weights};
 use flamerec_samples::{FramePointers, Sample};
 
 #[test]

@@ -9,8 +9,6 @@
 //! perf as root when missing). Where perf events are denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-#[path = "../common/mod.rs"]
-mod common;
 mod consumers;
 mod hostile;
 mod inputs;
@@ -20,7 +18,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 use consumers::{pprof, speedscope_import, top_rows};
 use flamerec_samples::{FramePointers, Sample};
 use serde_json::Value;
