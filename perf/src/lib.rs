@@ -1,6 +1,7 @@
-//! perf_event_open for flamerec's tools: opening events, reading their
-//! ring buffers and decoding the records, shared by the recorder, the
-//! `stacks` command and the `stall` library.
+//! The kernel interfaces flamerec's tools share — the recorder, the
+//! `stacks` command and the `stall` library: perf_event_open (opening
+//! events, reading their ring buffers, decoding the records) and what
+//! /proc says about processes and threads ([`procfs`]).
 //!
 //! All unsafe code of this crate lives in [`sys`], each block with the
 //! reason it holds; [`parse`] works on bytes already copied out of a ring.
@@ -8,5 +9,6 @@
 #![deny(unsafe_code)]
 
 pub mod parse;
+pub mod procfs;
 #[allow(unsafe_code)]
 pub mod sys;

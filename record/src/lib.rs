@@ -18,7 +18,6 @@ mod depth;
 mod embed;
 mod launch;
 mod loss;
-mod proc_fs;
 mod procs;
 mod rings;
 mod sample;

@@ -14,12 +14,13 @@ use flamerec_format::{Metadata, Totals, Writer};
 use crate::defer::Deferred;
 use crate::depth::MaxStack;
 use crate::launch::{c_strings, find_program};
-use crate::proc_fs;
 use crate::rings::{self, read_trimmed};
 use crate::state::{Event, State};
 use crate::sys::{self, Counter, EventConfig, RingBuffer, SuspendedChild, WaitStatus};
 use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target};
+use flamerec_perf::procfs;
 use flamerec_symbolize::kallsyms::Kallsyms;
+use flamerec_symbolize::live::exec_maps;
 
 /// How often buffered data reaches the file, at the latest.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -83,7 +84,7 @@ pub fn record(
             Some((argv.clone(), program, strings))
         }
         Target::Pids(pids) => {
-            if let Some(p) = pids.iter().find(|&&p| !proc_fs::alive(p)) {
+            if let Some(p) = pids.iter().find(|&&p| !procfs::alive(p)) {
                 return Err(RecordError::NoSuchProcess(*p));
             }
             None
@@ -186,7 +187,7 @@ pub fn record(
         (_, Some(c)) => vec![c.pid()],
         (Target::Pids(pids), _) => pids
             .iter()
-            .flat_map(|&p| proc_fs::threads_of(p))
+            .flat_map(|&p| procfs::threads_of(p).unwrap_or_default())
             .map(|t| t as i32)
             .collect(),
         _ => vec![-1],
@@ -296,7 +297,7 @@ pub fn record(
             // Running processes: describe what exists, then start sampling.
             let pids = match &opts.target {
                 Target::Pids(p) => p.clone(),
-                _ => proc_fs::all_pids(),
+                _ => procfs::all_pids().unwrap_or_default(),
             };
             if matches!(opts.target, Target::System) {
                 st.exclude_pid = Some(sys::getpid());
@@ -306,12 +307,12 @@ pub fn record(
                 if st.exclude_pid == Some(p) {
                     continue;
                 }
-                for t in proc_fs::threads_of(p) {
-                    if let Some(name) = proc_fs::comm_of(p, t) {
+                for t in procfs::threads_of(p).unwrap_or_default() {
+                    if let Ok(name) = procfs::comm_of(p, t) {
                         st.synth_comm(p, t, &name);
                     }
                 }
-                for m in proc_fs::exec_maps(p) {
+                for m in exec_maps(p) {
                     st.synth_mapping(p, m.start, m.end, m.pgoff, &m.path);
                 }
             }
@@ -397,7 +398,7 @@ pub fn record(
                 if let Target::Pids(pids) = &opts.target {
                     if last_alive_check.elapsed() >= ALIVE_CHECK_EVERY {
                         last_alive_check = Instant::now();
-                        if !pids.iter().any(|&p| proc_fs::alive(p)) {
+                        if !pids.iter().any(|&p| procfs::alive(p)) {
                             break;
                         }
                     }

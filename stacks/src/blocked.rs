@@ -18,8 +18,8 @@ use std::time::Instant;
 
 use flamerec_unwind::UserRegs;
 
-use crate::procfs::{self, KernelLine, Mappings, SyscallFile};
 use crate::stackmem;
+use flamerec_perf::procfs::{self, KernelLine, Mappings, SyscallFile};
 
 /// A user stack: the registers to start from and the memory above sp.
 #[derive(Debug, Clone)]

@@ -12,11 +12,11 @@ use std::time::Instant;
 use flamerec_symbolize::live::{exec_maps, ExecMap};
 
 use crate::blocked::{self, Blocked, UserStack};
-use crate::procfs::{self, KernelLine, Mappings};
 use crate::ptrace::{self, HoldError};
 use crate::report::{Method, ProcessError, ThreadError};
 use crate::running::{self, Outcome, PerfAccess};
 use crate::{sys, Options, Target};
+use flamerec_perf::procfs::{self, KernelLine, Mappings};
 
 /// A thread's stack as taken.
 #[derive(Debug)]
@@ -149,7 +149,7 @@ pub(crate) fn process(target: &Target, opts: &Options, access: &mut Access) -> R
         .threads
         .iter()
         .any(|t| matches!(t.error, Some(ThreadError::Vanished { .. })))
-        && !procfs::task_stat(pid, pid).is_ok_and(|s| !matches!(s.state, 'Z' | 'X'))
+        && !procfs::alive(pid)
     {
         raw.error = Some(ProcessError::Exited { pid });
     }

@@ -67,7 +67,6 @@
 
 mod blocked;
 mod capture;
-mod procfs;
 mod ptrace;
 pub mod render;
 mod report;
@@ -77,6 +76,7 @@ mod stackmem;
 #[allow(unsafe_code)]
 mod sys;
 
+use flamerec_perf::procfs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

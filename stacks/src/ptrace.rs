@@ -19,9 +19,9 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use crate::blocked::UserStack;
-use crate::procfs::Mappings;
 use crate::stackmem;
 use crate::sys::{self, Wait};
+use flamerec_perf::procfs::Mappings;
 
 /// A thread held with ptrace and what was read from it.
 #[derive(Debug)]

@@ -23,8 +23,8 @@ use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::UserRegs;
 
 use crate::blocked::UserStack;
-use crate::procfs::Mappings;
 use crate::stackmem;
+use flamerec_perf::procfs::Mappings;
 
 /// Sampling period: one sample per 100 µs of the thread's CPU time.
 pub(crate) const PERIOD_NS: u64 = 100_000;

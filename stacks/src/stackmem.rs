@@ -6,7 +6,7 @@ use std::io;
 
 use flamerec_perf::sys::read_remote;
 
-use crate::procfs::Mappings;
+use flamerec_perf::procfs::Mappings;
 
 /// Most bytes of one thread's stack that are copied: deep enough for
 /// interpreters and deep recursion, small enough to copy in well under a

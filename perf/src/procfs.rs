@@ -1,7 +1,9 @@
-//! What /proc says about a thread without stopping it: its state and name
-//! (`stat`), whether and where it blocks (`syscall`: user stack pointer and
-//! program counter), its kernel stack (`stack`), whether it ran meanwhile
-//! (`schedstat`), and the mapping that holds its stack (`maps`).
+//! What /proc says about processes and threads without stopping them, for
+//! the recorder, `flamerec stacks` and the stall library alike: which
+//! processes and threads exist, a thread's state, name and start time
+//! (`stat`, `comm`), whether and where it blocks (`syscall`: user stack
+//! pointer and program counter), its kernel stack (`stack`), whether it ran
+//! meanwhile (`schedstat`), and the mapping that holds an address (`maps`).
 //!
 //! Parsing is separate from reading so that every format is tested on text.
 //! This module only reads files; it never touches a process's memory.
@@ -14,7 +16,7 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// The fields of /proc/PID/task/TID/stat flamerec uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TaskStat {
+pub struct TaskStat {
     /// Thread name (comm).
     pub comm: String,
     /// State letter: R, S, D, T, t, Z, X, I, P…
@@ -23,11 +25,28 @@ pub(crate) struct TaskStat {
     pub ppid: u32,
     /// A kernel thread (no user space at all).
     pub kernel_thread: bool,
+    /// When the thread started, in clock ticks since boot (field 22): tells
+    /// a thread from a later one given the same id. `None` when the line
+    /// stops before it.
+    pub start_time: Option<u64>,
+}
+
+impl TaskStat {
+    /// Whether the thread sleeps in the kernel (S or D): its kernel stack
+    /// is then where it waits.
+    pub fn is_blocked(&self) -> bool {
+        matches!(self.state, 'S' | 'D')
+    }
+
+    /// Whether it is a zombie or dead: nothing left to sample.
+    pub fn is_gone(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
 }
 
 /// Parses the text of a stat file. The name may hold spaces and `)`, so
 /// the fields after it are found from the last `)`.
-pub(crate) fn parse_stat(text: &str) -> Option<TaskStat> {
+pub fn parse_stat(text: &str) -> Option<TaskStat> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let comm = text.get(open + 1..close)?.to_string();
@@ -36,23 +55,26 @@ pub(crate) fn parse_stat(text: &str) -> Option<TaskStat> {
     let ppid = rest.next()?.parse().ok()?;
     // pgrp, session, tty_nr, tpgid, then flags.
     let flags: u64 = rest.nth(4)?.parse().ok()?;
+    // minflt … itrealvalue (fields 10–21), then starttime.
+    let start_time = rest.nth(12).and_then(|v| v.parse().ok());
     Some(TaskStat {
         comm,
         state,
         ppid,
         kernel_thread: flags & PF_KTHREAD != 0,
+        start_time,
     })
 }
 
 /// State and name of thread `tid` of `pid`.
-pub(crate) fn task_stat(pid: u32, tid: u32) -> io::Result<TaskStat> {
+pub fn task_stat(pid: u32, tid: u32) -> io::Result<TaskStat> {
     let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))?;
     parse_stat(&text).ok_or_else(|| malformed("stat", pid, tid))
 }
 
 /// The process that thread (or process) `id` belongs to, from the `Tgid:`
 /// line of its status file.
-pub(crate) fn tgid_of(id: u32) -> io::Result<u32> {
+pub fn tgid_of(id: u32) -> io::Result<u32> {
     let text = fs::read_to_string(format!("/proc/{id}/status"))?;
     text.lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
@@ -61,17 +83,38 @@ pub(crate) fn tgid_of(id: u32) -> io::Result<u32> {
 }
 
 /// Thread ids of a process, ascending.
-pub(crate) fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
-    let mut tids: Vec<u32> = fs::read_dir(format!("/proc/{pid}/task"))?
+pub fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
+    numbered_entries(&format!("/proc/{pid}/task"))
+}
+
+/// Every process id, ascending.
+pub fn all_pids() -> io::Result<Vec<u32>> {
+    numbered_entries("/proc")
+}
+
+fn numbered_entries(dir: &str) -> io::Result<Vec<u32>> {
+    let mut ids: Vec<u32> = fs::read_dir(dir)?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
-    tids.sort_unstable();
-    Ok(tids)
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// The name of thread `tid` of `pid` (its `comm`).
+pub fn comm_of(pid: u32, tid: u32) -> io::Result<String> {
+    let name = fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))?;
+    Ok(name.trim_end_matches('\n').to_string())
+}
+
+/// Whether process `pid` exists and is not a zombie (a zombie has no
+/// threads left to sample).
+pub fn alive(pid: u32) -> bool {
+    task_stat(pid, pid).is_ok_and(|s| !s.is_gone())
 }
 
 /// What /proc/PID/task/TID/syscall says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SyscallFile {
+pub enum SyscallFile {
     /// The thread is on a CPU or waiting for one: no registers to be had.
     Running,
     /// The thread is off CPU; `nr` is the system call it blocks in (`None`
@@ -88,7 +131,7 @@ pub(crate) enum SyscallFile {
 
 /// Parses the text of a syscall file: `running`, `-1 SP PC`, or
 /// `NR ARG1 … ARG6 SP PC` (numbers after the first in hex).
-pub(crate) fn parse_syscall(text: &str) -> Option<SyscallFile> {
+pub fn parse_syscall(text: &str) -> Option<SyscallFile> {
     let text = text.trim();
     if text == "running" {
         return Some(SyscallFile::Running);
@@ -104,14 +147,14 @@ pub(crate) fn parse_syscall(text: &str) -> Option<SyscallFile> {
 }
 
 /// The syscall file of thread `tid` of `pid`.
-pub(crate) fn syscall_file(pid: u32, tid: u32) -> io::Result<SyscallFile> {
+pub fn syscall_file(pid: u32, tid: u32) -> io::Result<SyscallFile> {
     let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))?;
     parse_syscall(&text).ok_or_else(|| malformed("syscall", pid, tid))
 }
 
 /// One line of a kernel stack file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KernelLine {
+pub struct KernelLine {
     /// Function name, without the offset.
     pub name: String,
     /// The kernel module it lies in, if not the kernel image.
@@ -120,7 +163,7 @@ pub(crate) struct KernelLine {
 
 /// Parses the text of a stack file: `[<0>] do_nanosleep+0x43/0x130 [mod]`,
 /// leaf first.
-pub(crate) fn parse_kernel_stack(text: &str) -> Vec<KernelLine> {
+pub fn parse_kernel_stack(text: &str) -> Vec<KernelLine> {
     text.lines()
         .filter_map(|line| {
             let rest = line.trim().split_once("] ").map_or(line.trim(), |(_, r)| r);
@@ -143,7 +186,7 @@ pub(crate) fn parse_kernel_stack(text: &str) -> Vec<KernelLine> {
 
 /// The kernel stack of thread `tid` of `pid` (root only; empty while the
 /// thread runs).
-pub(crate) fn kernel_stack(pid: u32, tid: u32) -> io::Result<Vec<KernelLine>> {
+pub fn kernel_stack(pid: u32, tid: u32) -> io::Result<Vec<KernelLine>> {
     let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stack"))?;
     Ok(parse_kernel_stack(&text))
 }
@@ -151,7 +194,7 @@ pub(crate) fn kernel_stack(pid: u32, tid: u32) -> io::Result<Vec<KernelLine>> {
 /// The scheduler's counts for a thread: time on CPU (ns), time waiting for
 /// one (ns), and times it was scheduled in. Unchanged between two reads
 /// means the thread did not run in between.
-pub(crate) fn schedstat(pid: u32, tid: u32) -> io::Result<[u64; 3]> {
+pub fn schedstat(pid: u32, tid: u32) -> io::Result<[u64; 3]> {
     let text = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))?;
     let mut it = text.split_ascii_whitespace().map(|v| v.parse::<u64>().ok());
     match (it.next(), it.next(), it.next()) {
@@ -163,18 +206,18 @@ pub(crate) fn schedstat(pid: u32, tid: u32) -> io::Result<[u64; 3]> {
 /// Address ranges of every mapping of a process (not only executable ones:
 /// thread stacks are anonymous read-write memory).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Mappings(Vec<(u64, u64)>);
+pub struct Mappings(Vec<(u64, u64)>);
 
 impl Mappings {
     /// The mappings of `pid` now.
-    pub(crate) fn of(pid: u32) -> io::Result<Self> {
+    pub fn of(pid: u32) -> io::Result<Self> {
         Ok(Self::parse(&fs::read_to_string(format!(
             "/proc/{pid}/maps"
         ))?))
     }
 
     /// Parses the text of /proc/PID/maps.
-    pub(crate) fn parse(text: &str) -> Self {
+    pub fn parse(text: &str) -> Self {
         let mut ranges: Vec<(u64, u64)> = text
             .lines()
             .filter_map(|l| {
@@ -191,20 +234,25 @@ impl Mappings {
 
     /// The end of the mapping that holds `addr`: a stack is read from its
     /// pointer up to there at most.
-    pub(crate) fn end_of(&self, addr: u64) -> Option<u64> {
+    pub fn end_of(&self, addr: u64) -> Option<u64> {
+        self.holding(addr).map(|(_, end)| end)
+    }
+
+    /// The mapping that holds `addr`, as `(start, end)`.
+    pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
         let i = self.0.partition_point(|r| r.0 <= addr).checked_sub(1)?;
-        let (_, end) = self.0[i];
-        (addr < end).then_some(end)
+        let (start, end) = self.0[i];
+        (addr < end).then_some((start, end))
     }
 }
 
 /// Whether an error means the thread or process no longer exists.
-pub(crate) fn is_gone(e: &io::Error) -> bool {
+pub fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Whether an error is a refusal for lack of privileges.
-pub(crate) fn is_denied(e: &io::Error) -> bool {
+pub fn is_denied(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EPERM)
 }
 
@@ -226,7 +274,12 @@ mod tests {
         assert_eq!((s.state, s.ppid, s.kernel_thread), ('S', 7, true));
         let s = parse_stat("4352 (thread-states) R 1 4348 32519 0 -1 4194304 129").unwrap();
         assert!(!s.kernel_thread);
+        assert_eq!(s.start_time, None);
         assert_eq!(parse_stat("4352 (x"), None);
+        let full = "9 (w) S 1 9 9 0 -1 4194560 10 0 0 0 1 2 0 0 20 0 1 0 123456 0 0";
+        let s = parse_stat(full).unwrap();
+        assert_eq!(s.start_time, Some(123_456));
+        assert!(s.is_blocked() && !s.is_gone());
     }
 
     #[test]
@@ -276,6 +329,10 @@ mod tests {
         assert_eq!(m.end_of(0x7f00_0000_0000), Some(0x7f00_0080_0000));
         assert_eq!(m.end_of(0x7f00_0080_0000), None);
         assert_eq!(m.end_of(0x10), None);
+        assert_eq!(
+            m.holding(0x7fff_51d5_0000),
+            Some((0x7fff_51d3_f000, 0x7fff_51d6_0000))
+        );
     }
 
     #[test]
@@ -286,6 +343,10 @@ mod tests {
         assert_eq!(tgid_of(me).unwrap(), me);
         assert!(threads_of(me).unwrap().contains(&me));
         assert!(schedstat(me, me).is_ok());
+        assert!(alive(me) && !alive(u32::MAX));
+        assert!(stat.start_time.is_some());
+        assert!(all_pids().unwrap().contains(&me));
+        assert!(!comm_of(me, me).unwrap().is_empty());
         let gone = threads_of(u32::MAX).unwrap_err();
         assert!(is_gone(&gone), "{gone}");
     }
