@@ -1,10 +1,12 @@
 //! One recording: open the events, run the loop that drains the ring
 //! buffers into the writer, stop cleanly, write the trailer.
 
+use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{self, BufWriter, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -31,470 +33,638 @@ const POLL_MS: i32 = 100;
 /// A perf record is at most 64 KiB; the stack copy must leave room for the rest.
 const MAX_STACK_SIZE: u32 = 60 * 1024;
 
-/// Records as `opts` says, calling `progress` a few times a second.
+/// Records as `opts` says, calling `progress` a few times a second: the
+/// plan (what the options and this kernel allow), the set-up (file,
+/// command, events, signals), the loop that drains the rings, and the
+/// finish (last drain, trailer, names).
 pub fn record(
     opts: &RecordOptions,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<RecordSummary, RecordError> {
-    let dwarf = opts.call_graph == CallGraph::Dwarf;
-    if dwarf && (opts.stack_size < 8 || opts.stack_size > MAX_STACK_SIZE) {
-        return Err(RecordError::Unsupported(format!(
-            "--stack-size must be between 8 and {MAX_STACK_SIZE} bytes"
-        )));
-    }
-    let off_cpu = opts.event == EventKind::OffCpu;
-    let mut warnings: Vec<String> = Vec::new();
-    // Deferred callchains where asked for and the kernel offers them.
-    let defer = opts.call_graph == CallGraph::FpDefer
-        && match (off_cpu, defer_probe()) {
-            (true, _) => {
-                warnings.push("-g fp,defer is not used with -e off-cpu (its samples are weighed when the thread runs again, before a deferred user part would come): recording with -g fp".into());
-                false
-            }
-            (false, Ok(())) => true,
-            // Not allowed to sample at all: opening the events says so.
-            (false, Err(e)) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => true,
-            (false, Err(e)) => {
-                let why = match e.raw_os_error() {
-                    Some(libc::EINVAL) => "EINVAL".to_string(),
-                    _ => e.to_string(),
-                };
-                warnings.push(format!(
-                    "this kernel (Linux {}) does not offer deferred user callchains (perf_event_open refused defer_callchain: {why}); recording with -g fp",
-                    read_trimmed("/proc/sys/kernel/osrelease")
-                ));
-                false
-            }
+    let plan = Plan::new(opts)?;
+    let mut session = Session::set_up(opts, plan)?;
+    let ended = session.run(opts, progress)?;
+    session.finish(opts, ended)
+}
+
+/// What a recording will do, decided before anything is opened.
+struct Plan {
+    dwarf: bool,
+    off_cpu: bool,
+    /// Deferred user callchains: asked for, and offered by this kernel.
+    defer: bool,
+    call_graph: CallGraph,
+    counter: Counter,
+    /// The command to start: argv, the program found on PATH, C strings.
+    launch: Option<Launch>,
+    warnings: Vec<String>,
+}
+
+/// A command to start: its argv, the program found on PATH, and what
+/// execve takes (path, argv, environment) as C strings.
+type Launch = (
+    Vec<OsString>,
+    PathBuf,
+    (CString, Vec<CString>, Vec<CString>),
+);
+
+impl Plan {
+    fn new(opts: &RecordOptions) -> Result<Plan, RecordError> {
+        let dwarf = opts.call_graph == CallGraph::Dwarf;
+        if dwarf && (opts.stack_size < 8 || opts.stack_size > MAX_STACK_SIZE) {
+            return Err(RecordError::Unsupported(format!(
+                "--stack-size must be between 8 and {MAX_STACK_SIZE} bytes"
+            )));
+        }
+        let off_cpu = opts.event == EventKind::OffCpu;
+        let mut warnings: Vec<String> = Vec::new();
+        // Deferred callchains where asked for and the kernel offers them.
+        let defer = opts.call_graph == CallGraph::FpDefer
+            && match (off_cpu, defer_probe()) {
+                (true, _) => {
+                    warnings.push("-g fp,defer is not used with -e off-cpu (its samples are weighed when the thread runs again, before a deferred user part would come): recording with -g fp".into());
+                    false
+                }
+                (false, Ok(())) => true,
+                // Not allowed to sample at all: opening the events says so.
+                (false, Err(e)) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                    true
+                }
+                (false, Err(e)) => {
+                    let why = match e.raw_os_error() {
+                        Some(libc::EINVAL) => "EINVAL".to_string(),
+                        _ => e.to_string(),
+                    };
+                    warnings.push(format!(
+                        "this kernel (Linux {}) does not offer deferred user callchains (perf_event_open refused defer_callchain: {why}); recording with -g fp",
+                        read_trimmed("/proc/sys/kernel/osrelease")
+                    ));
+                    false
+                }
+            };
+        let call_graph = match opts.call_graph {
+            CallGraph::FpDefer if !defer => CallGraph::Fp,
+            g => g,
         };
-    let call_graph = match opts.call_graph {
-        CallGraph::FpDefer if !defer => CallGraph::Fp,
-        g => g,
-    };
-    let counter = match opts.event {
-        EventKind::CpuClock => Counter::CpuClock,
-        EventKind::TaskClock => Counter::TaskClock,
-        EventKind::Cycles => Counter::Cycles,
-        EventKind::OffCpu => Counter::ContextSwitches,
-    };
-    let launch = match &opts.target {
-        Target::Command(argv) if argv.is_empty() => return Err(RecordError::NoCommand),
-        Target::Command(argv) => {
-            let program = find_program(&argv[0])?;
-            let strings = c_strings(&program, argv)?;
-            Some((argv.clone(), program, strings))
-        }
-        Target::Pids(pids) => {
-            if let Some(p) = pids.iter().find(|&&p| !procfs::alive(p)) {
-                return Err(RecordError::NoSuchProcess(*p));
+        let counter = match opts.event {
+            EventKind::CpuClock => Counter::CpuClock,
+            EventKind::TaskClock => Counter::TaskClock,
+            EventKind::Cycles => Counter::Cycles,
+            EventKind::OffCpu => Counter::ContextSwitches,
+        };
+        let launch = match &opts.target {
+            Target::Command(argv) if argv.is_empty() => return Err(RecordError::NoCommand),
+            Target::Command(argv) => {
+                let program = find_program(&argv[0])?;
+                let strings = c_strings(&program, argv)?;
+                Some((argv.clone(), program, strings))
             }
-            None
-        }
-        Target::System => None,
-    };
-
-    // The kernel symbol table takes tens of milliseconds to read: load it
-    // while the command starts.
-    let kallsyms_loader = opts.kernel.then(|| {
-        let cache = opts.embed_names.as_ref().and_then(|e| e.cache_dir.clone());
-        std::thread::spawn(move || Kallsyms::load_cached(cache.as_deref()).unwrap_or_default())
-    });
-
-    let file = File::create(&opts.output).map_err(|e| RecordError::Output {
-        path: opts.output.clone(),
-        source: e.into(),
-    })?;
-    let meta = Metadata {
-        command: launch.as_ref().map_or_else(Vec::new, |(argv, _, _)| {
-            argv.iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect()
-        }),
-        target: match &opts.target {
-            Target::Command(_) => "command".into(),
-            Target::Pids(p) => format!(
-                "pid {}",
-                p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-            ),
-            Target::System => "system".into(),
-        },
-        host: read_trimmed("/proc/sys/kernel/hostname"),
-        kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
-        start_unix_ns: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-        event: opts.event.name().into(),
-        frequency_hz: if off_cpu { 0 } else { opts.frequency },
-        call_graph: call_graph.name().into(),
-        weight_unit: if off_cpu { "ns" } else { "samples" }.into(),
-        flamerec_version: env!("CARGO_PKG_VERSION").into(),
-        embeds_names: opts.embed_names.is_some(),
-    };
-    let out_err = |e| RecordError::Output {
-        path: opts.output.clone(),
-        source: e,
-    };
-    let writer = Writer::new(BufWriter::new(file), &meta).map_err(out_err)?;
-
-    let child = match &launch {
-        Some((_, _, (c_path, c_argv, c_envp))) => Some(
-            SuspendedChild::spawn(c_path, c_argv, c_envp).map_err(|e| RecordError::Sys {
-                what: "cannot fork".into(),
-                source: e,
-            })?,
-        ),
-        None => None,
-    };
-    let mut sample_type = sys::sample::IP
-        | sys::sample::TID
-        | sys::sample::TIME
-        | sys::sample::CPU
-        | sys::sample::PERIOD
-        | sys::sample::CALLCHAIN;
-    if dwarf {
-        sample_type |= sys::sample::REGS_USER | sys::sample::STACK_USER;
+            Target::Pids(pids) => {
+                if let Some(p) = pids.iter().find(|&&p| !procfs::alive(p)) {
+                    return Err(RecordError::NoSuchProcess(*p));
+                }
+                None
+            }
+            Target::System => None,
+        };
+        Ok(Plan {
+            dwarf,
+            off_cpu,
+            defer,
+            call_graph,
+            counter,
+            launch,
+            warnings,
+        })
     }
-    let cpus = crate::online_cpus().len();
-    let (stack_size, pages, ring_warning) =
-        rings::fit(dwarf, opts.stack_size, opts.mmap_pages, cpus);
-    // Frame-pointer chains are as deep as the kernel lets them be.
-    let mut max_stack = (!dwarf).then(|| MaxStack::raise(sys::is_root()));
-    let mut cfg = EventConfig {
-        counter,
-        frequency: if off_cpu { 0 } else { opts.frequency },
-        period: 1,
-        context_switch: off_cpu,
-        sample_type,
-        exclude_kernel: !opts.kernel,
-        inherit: !matches!(opts.target, Target::System),
-        enable_on_exec: child.is_some(),
-        side_band: true,
-        max_stack: max_stack.as_ref().map_or(0, |m| m.value),
-        wakeup_bytes: rings::wakeup_bytes(
-            pages,
-            dwarf.then_some(stack_size),
-            if off_cpu { 0 } else { opts.frequency },
-        ),
-        wakeup_events: 0,
-        exclude_callchain_user: dwarf,
-        sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
-        sample_stack_user: if dwarf { stack_size & !7 } else { 0 },
-        defer_user: defer,
-    };
-    warnings.extend(ring_warning);
-    // Every (task, CPU) pair to open: the command, each thread of the
-    // attached processes, or every task (-1) on each CPU.
-    let tasks: Vec<i32> = match (&opts.target, &child) {
-        (_, Some(c)) => vec![c.pid()],
-        (Target::Pids(pids), _) => pids
-            .iter()
-            .flat_map(|&p| procfs::threads_of(p).unwrap_or_default())
-            .map(|t| t as i32)
-            .collect(),
-        _ => vec![-1],
-    };
-    let events = match open_events(&cfg, &tasks, pages) {
-        // Another recorder put kernel.perf_event_max_stack back below what
-        // was read a moment ago: take what is in force now.
-        Err(RecordError::Sys { source, .. })
-            if source.raw_os_error() == Some(libc::EOVERFLOW) && cfg.max_stack > 0 =>
-        {
-            let now = max_stack.as_mut().map_or(0, MaxStack::lowered);
-            cfg.max_stack = now;
-            open_events(&cfg, &tasks, pages)?
+}
+
+/// Signal handlers of a recording, unregistered when it ends (also on an
+/// error).
+struct Signals {
+    /// The last SIGINT or SIGTERM received, 0 when none since last read.
+    flag: Arc<AtomicUsize>,
+    /// Signals and the command's exit wake the loop through this socket at
+    /// once, instead of after the poll timeout.
+    wake: UnixStream,
+    ids: Vec<signal_hook::SigId>,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, RecordError> {
+        let flag = Arc::new(AtomicUsize::new(0));
+        let mut ids = Vec::new();
+        for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            if let Ok(id) = signal_hook::flag::register_usize(s, Arc::clone(&flag), s as usize) {
+                ids.push(id);
+            }
         }
-        Err(RecordError::PerfDenied { .. }) if opts.kernel && !off_cpu => {
-            // Kernel sampling may be what is refused: go on with user stacks only.
-            cfg.exclude_kernel = true;
-            let events = open_events(&cfg, &tasks, pages)?;
-            warnings.push(format!(
+        let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| RecordError::Sys {
+            what: "creating a wake-up socket".into(),
+            source: e,
+        })?;
+        let _ = wake_rx.set_nonblocking(true);
+        for s in [
+            signal_hook::consts::SIGCHLD,
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ] {
+            if let Ok(tx) = wake_tx.try_clone() {
+                if let Ok(id) = signal_hook::low_level::pipe::register(s, tx) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok(Signals {
+            flag,
+            wake: wake_rx,
+            ids,
+        })
+    }
+}
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// A recording under way: its events, state and signal handlers.
+struct Session {
+    st: State<BufWriter<File>>,
+    events: Vec<Event>,
+    kallsyms_loader: Option<std::thread::JoinHandle<Kallsyms>>,
+    max_stack: Option<MaxStack>,
+    signals: Signals,
+    started: Instant,
+    /// The command's process, when flamerec started one.
+    pid: Option<i32>,
+    /// One buffer per ring for a record its wrap cuts in two.
+    scratch: Vec<Vec<u8>>,
+}
+
+/// How the loop ended.
+struct Ended {
+    exit: Option<WaitStatus>,
+    signals_seen: usize,
+    stopped_by: Option<i32>,
+}
+
+impl Session {
+    /// Opens the file and the events, starts the command and describes
+    /// what already runs: from here on the rings fill.
+    fn set_up(opts: &RecordOptions, plan: Plan) -> Result<Session, RecordError> {
+        let Plan {
+            dwarf,
+            off_cpu,
+            defer,
+            call_graph,
+            counter,
+            launch,
+            mut warnings,
+        } = plan;
+        // The kernel symbol table takes tens of milliseconds to read: load it
+        // while the command starts.
+        let kallsyms_loader = opts.kernel.then(|| {
+            let cache = opts.embed_names.as_ref().and_then(|e| e.cache_dir.clone());
+            std::thread::spawn(move || Kallsyms::load_cached(cache.as_deref()).unwrap_or_default())
+        });
+
+        let file = File::create(&opts.output).map_err(|e| RecordError::Output {
+            path: opts.output.clone(),
+            source: e.into(),
+        })?;
+        let meta = Metadata {
+            command: launch.as_ref().map_or_else(Vec::new, |(argv, _, _)| {
+                argv.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect()
+            }),
+            target: match &opts.target {
+                Target::Command(_) => "command".into(),
+                Target::Pids(p) => format!(
+                    "pid {}",
+                    p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                ),
+                Target::System => "system".into(),
+            },
+            host: read_trimmed("/proc/sys/kernel/hostname"),
+            kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
+            start_unix_ns: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            event: opts.event.name().into(),
+            frequency_hz: if off_cpu { 0 } else { opts.frequency },
+            call_graph: call_graph.name().into(),
+            weight_unit: if off_cpu { "ns" } else { "samples" }.into(),
+            flamerec_version: env!("CARGO_PKG_VERSION").into(),
+            embeds_names: opts.embed_names.is_some(),
+        };
+        let out_err = |e| RecordError::Output {
+            path: opts.output.clone(),
+            source: e,
+        };
+        let writer = Writer::new(BufWriter::new(file), &meta).map_err(out_err)?;
+
+        let child = match &launch {
+            Some((_, _, (c_path, c_argv, c_envp))) => {
+                Some(SuspendedChild::spawn(c_path, c_argv, c_envp).map_err(|e| {
+                    RecordError::Sys {
+                        what: "cannot fork".into(),
+                        source: e,
+                    }
+                })?)
+            }
+            None => None,
+        };
+        let mut sample_type = sys::sample::IP
+            | sys::sample::TID
+            | sys::sample::TIME
+            | sys::sample::CPU
+            | sys::sample::PERIOD
+            | sys::sample::CALLCHAIN;
+        if dwarf {
+            sample_type |= sys::sample::REGS_USER | sys::sample::STACK_USER;
+        }
+        let cpus = crate::online_cpus().len();
+        let (stack_size, pages, ring_warning) =
+            rings::fit(dwarf, opts.stack_size, opts.mmap_pages, cpus);
+        // Frame-pointer chains are as deep as the kernel lets them be.
+        let mut max_stack = (!dwarf).then(|| MaxStack::raise(sys::is_root()));
+        let mut cfg = EventConfig {
+            counter,
+            frequency: if off_cpu { 0 } else { opts.frequency },
+            period: 1,
+            context_switch: off_cpu,
+            sample_type,
+            exclude_kernel: !opts.kernel,
+            inherit: !matches!(opts.target, Target::System),
+            enable_on_exec: child.is_some(),
+            side_band: true,
+            max_stack: max_stack.as_ref().map_or(0, |m| m.value),
+            wakeup_bytes: rings::wakeup_bytes(
+                pages,
+                dwarf.then_some(stack_size),
+                if off_cpu { 0 } else { opts.frequency },
+            ),
+            wakeup_events: 0,
+            exclude_callchain_user: dwarf,
+            sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
+            sample_stack_user: if dwarf { stack_size & !7 } else { 0 },
+            defer_user: defer,
+        };
+        warnings.extend(ring_warning);
+        // Every (task, CPU) pair to open: the command, each thread of the
+        // attached processes, or every task (-1) on each CPU.
+        let tasks: Vec<i32> = match (&opts.target, &child) {
+            (_, Some(c)) => vec![c.pid()],
+            (Target::Pids(pids), _) => pids
+                .iter()
+                .flat_map(|&p| procfs::threads_of(p).unwrap_or_default())
+                .map(|t| t as i32)
+                .collect(),
+            _ => vec![-1],
+        };
+        let events = match open_events(&cfg, &tasks, pages) {
+            // Another recorder put kernel.perf_event_max_stack back below what
+            // was read a moment ago: take what is in force now.
+            Err(RecordError::Sys { source, .. })
+                if source.raw_os_error() == Some(libc::EOVERFLOW) && cfg.max_stack > 0 =>
+            {
+                let now = max_stack.as_mut().map_or(0, MaxStack::lowered);
+                cfg.max_stack = now;
+                open_events(&cfg, &tasks, pages)?
+            }
+            Err(RecordError::PerfDenied { .. }) if opts.kernel && !off_cpu => {
+                // Kernel sampling may be what is refused: go on with user stacks only.
+                cfg.exclude_kernel = true;
+                let events = open_events(&cfg, &tasks, pages)?;
+                warnings.push(format!(
                 "kernel sampling is not allowed (kernel.perf_event_paranoid is {}); recording user stacks only, as with --no-kernel",
                 read_trimmed("/proc/sys/kernel/perf_event_paranoid")
             ));
-            events
-        }
-        other => other?,
-    };
-    let mut events = events;
-    warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
+                events
+            }
+            other => other?,
+        };
+        let events = events;
+        let events_len = events.len();
+        warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
 
-    let signal = Arc::new(AtomicUsize::new(0));
-    let mut sig_ids = Vec::new();
-    for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        if let Ok(id) = signal_hook::flag::register_usize(s, Arc::clone(&signal), s as usize) {
-            sig_ids.push(id);
-        }
-    }
-    // Signals (and the command's exit) also wake the loop at once through
-    // this socket pair, instead of after the poll timeout.
-    let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| RecordError::Sys {
-        what: "creating a wake-up socket".into(),
-        source: e,
-    })?;
-    let _ = wake_rx.set_nonblocking(true);
-    for s in [
-        signal_hook::consts::SIGCHLD,
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-    ] {
-        if let Ok(tx) = wake_tx.try_clone() {
-            if let Ok(id) = signal_hook::low_level::pipe::register(s, tx) {
-                sig_ids.push(id);
-            }
-        }
-    }
-    let unregister = |ids: Vec<signal_hook::SigId>| {
-        for id in ids {
-            signal_hook::low_level::unregister(id);
-        }
-    };
+        let signals = Signals::register()?;
 
-    let start_mono = sys::monotonic_ns();
-    let started = Instant::now();
-    // Start the command before anything else that may wait (the kernel
-    // symbol table): its records wait in the ring buffers meanwhile.
-    let started_child = match (child, &launch) {
-        (Some(child), Some((argv, program, _))) => match child.start() {
-            Ok(pid) => Some((pid, program)),
-            Err(e) => {
-                unregister(sig_ids);
-                let _ = std::fs::remove_file(&opts.output);
-                let command = argv[0].to_string_lossy().into_owned();
-                return Err(match e.raw_os_error() {
-                    Some(libc::ENOENT) => RecordError::CommandNotFound(command),
-                    _ => RecordError::CommandNotExecutable { command, source: e },
-                });
-            }
-        },
-        _ => None,
-    };
-    let layout = (sample_type, cfg.sample_regs_user);
-    let mut st = State::new(writer, opts, start_mono, layout, !cfg.exclude_kernel);
-    st.warnings.append(&mut warnings);
-    st.fp_cap = max_stack
-        .as_ref()
-        .filter(|m| m.value > 0)
-        .map(|m| usize::from(m.value));
-    st.deferred = defer.then(Deferred::default);
-    // Samples wait for the kernel symbol table, so the loop can drain the
-    // rings from the start. Off-CPU samples are weighed when their thread
-    // runs again, against a stack already written: those wait for it here.
-    let mut kallsyms_loader = kallsyms_loader;
-    if off_cpu || kallsyms_loader.is_none() {
-        st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
-    }
-    let pid = match started_child {
-        Some((pid, program)) => {
-            let comm = program
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            st.writer
-                .comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
-            st.seen(pid as u32, pid as u32);
-            Some(pid)
-        }
-        _ => {
-            // Running processes: describe what exists, then start sampling.
-            let pids = match &opts.target {
-                Target::Pids(p) => p.clone(),
-                _ => procfs::all_pids().unwrap_or_default(),
-            };
-            if matches!(opts.target, Target::System) {
-                st.exclude_pid = Some(sys::getpid());
-                st.synth_comm(0, 0, "swapper");
-            }
-            for p in pids {
-                if st.exclude_pid == Some(p) {
-                    continue;
-                }
-                for t in procfs::threads_of(p).unwrap_or_default() {
-                    if let Ok(name) = procfs::comm_of(p, t) {
-                        st.synth_comm(p, t, &name);
-                    }
-                }
-                for m in exec_maps(p) {
-                    st.synth_mapping(p, m.start, m.end, m.pgoff, &m.path);
-                }
-            }
-            for e in &events {
-                sys::enable(&e.fd).map_err(|e| RecordError::Sys {
-                    what: "enabling perf events".into(),
-                    source: e,
-                })?;
-            }
-            None
-        }
-    };
-
-    // The command (forked above) keeps its priority; this thread drains
-    // ahead of it, so a workload on every core does not starve the reads
-    // (as root; refused otherwise, and then the loss cause says so).
-    let _ = sys::raise_recorder_priority();
-    let mut exit = None;
-    let mut signals_seen = 0;
-    let mut stopped_by = None;
-    let mut last_flush = Instant::now();
-    let mut last_alive_check = Instant::now();
-    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); events.len()];
-    loop {
-        let mut fds: Vec<_> = events
-            .iter()
-            .filter(|e| e.ring.is_some())
-            .map(|e| e.fd.as_fd())
-            .collect();
-        fds.push(wake_rx.as_fd());
-        sys::poll_readable(&fds, POLL_MS).map_err(|e| RecordError::Sys {
-            what: "poll".into(),
-            source: e,
-        })?;
-        let mut sink = [0u8; 64];
-        while matches!((&wake_rx).read(&mut sink), Ok(n) if n > 0) {}
-        st.drain(&mut events, &mut bufs);
-        if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
-            st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
-        }
-        if last_flush.elapsed() >= FLUSH_EVERY || st.writer.wants_flush() {
-            st.writer.flush().map_err(out_err)?;
-            last_flush = Instant::now();
-        }
-        progress(&Progress {
-            samples: st.writer.samples(),
-            lost: st.losses.total(),
-            elapsed: started.elapsed(),
-        });
-        let sig = signal.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            signals_seen += 1;
-            match pid {
-                // The command decides how to end; a second signal stops at once.
-                Some(p) if signals_seen < 2 => {
-                    let _ = sys::kill(p, sig as i32);
-                }
-                Some(_) => {
-                    stopped_by = Some(sig as i32);
-                    break;
-                }
-                None => break,
-            }
-        }
-        match pid {
-            Some(p) => match sys::wait_nohang(p) {
-                Ok(Some(status)) => {
-                    exit = Some(status);
-                    break;
-                }
-                Ok(None) => {}
+        let start_mono = sys::monotonic_ns();
+        let started = Instant::now();
+        // Start the command before anything else that may wait (the kernel
+        // symbol table): its records wait in the ring buffers meanwhile.
+        let started_child = match (child, &launch) {
+            (Some(child), Some((argv, program, _))) => match child.start() {
+                Ok(pid) => Some((pid, program)),
                 Err(e) => {
-                    return Err(RecordError::Sys {
-                        what: "waitpid".into(),
-                        source: e,
-                    })
+                    drop(signals);
+                    let _ = std::fs::remove_file(&opts.output);
+                    let command = argv[0].to_string_lossy().into_owned();
+                    return Err(match e.raw_os_error() {
+                        Some(libc::ENOENT) => RecordError::CommandNotFound(command),
+                        _ => RecordError::CommandNotExecutable { command, source: e },
+                    });
                 }
             },
-            None => {
-                // Reading /proc/PID/stat each round cost a fifth of the
-                // recorder's CPU when attached at 4999 Hz: ten times a second
-                // is soon enough to notice the processes are gone.
-                if let Target::Pids(pids) = &opts.target {
-                    if last_alive_check.elapsed() >= ALIVE_CHECK_EVERY {
-                        last_alive_check = Instant::now();
-                        if !pids.iter().any(|&p| procfs::alive(p)) {
-                            break;
+            _ => None,
+        };
+        let layout = (sample_type, cfg.sample_regs_user);
+        let mut st = State::new(writer, opts, start_mono, layout, !cfg.exclude_kernel);
+        st.warnings.append(&mut warnings);
+        st.fp_cap = max_stack
+            .as_ref()
+            .filter(|m| m.value > 0)
+            .map(|m| usize::from(m.value));
+        st.deferred = defer.then(Deferred::default);
+        // Samples wait for the kernel symbol table, so the loop can drain the
+        // rings from the start. Off-CPU samples are weighed when their thread
+        // runs again, against a stack already written: those wait for it here.
+        let mut kallsyms_loader = kallsyms_loader;
+        if off_cpu || kallsyms_loader.is_none() {
+            st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
+        }
+        let pid = match started_child {
+            Some((pid, program)) => {
+                let comm = program
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                st.writer
+                    .comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
+                st.seen(pid as u32, pid as u32);
+                Some(pid)
+            }
+            _ => {
+                // Running processes: describe what exists, then start sampling.
+                let pids = match &opts.target {
+                    Target::Pids(p) => p.clone(),
+                    _ => procfs::all_pids().unwrap_or_default(),
+                };
+                if matches!(opts.target, Target::System) {
+                    st.exclude_pid = Some(sys::getpid());
+                    st.synth_comm(0, 0, "swapper");
+                }
+                for p in pids {
+                    if st.exclude_pid == Some(p) {
+                        continue;
+                    }
+                    for t in procfs::threads_of(p).unwrap_or_default() {
+                        if let Ok(name) = procfs::comm_of(p, t) {
+                            st.synth_comm(p, t, &name);
+                        }
+                    }
+                    for m in exec_maps(p) {
+                        st.synth_mapping(p, m.start, m.end, m.pgoff, &m.path);
+                    }
+                }
+                for e in &events {
+                    sys::enable(&e.fd).map_err(|e| RecordError::Sys {
+                        what: "enabling perf events".into(),
+                        source: e,
+                    })?;
+                }
+                None
+            }
+        };
+        Ok(Session {
+            st,
+            events,
+            kallsyms_loader,
+            max_stack,
+            signals,
+            started,
+            pid,
+            scratch: vec![Vec::new(); events_len],
+        })
+    }
+
+    /// Drains the rings until the command ends, the processes are gone, the
+    /// duration is over or a signal says stop.
+    fn run(
+        &mut self,
+        opts: &RecordOptions,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Ended, RecordError> {
+        let Session {
+            st,
+            events,
+            kallsyms_loader,
+            signals,
+            started,
+            pid,
+            scratch,
+            ..
+        } = self;
+        let pid = *pid;
+        let sig: &Signals = signals;
+        let out_err = |e| RecordError::Output {
+            path: opts.output.clone(),
+            source: e,
+        };
+        // The command (forked above) keeps its priority; this thread drains
+        // ahead of it, so a workload on every core does not starve the reads
+        // (as root; refused otherwise, and then the loss cause says so).
+        let _ = sys::raise_recorder_priority();
+        let mut exit = None;
+        let mut signals_seen = 0;
+        let mut stopped_by = None;
+        let mut last_flush = Instant::now();
+        let mut last_alive_check = Instant::now();
+        loop {
+            let mut fds: Vec<_> = events
+                .iter()
+                .filter(|e| e.ring.is_some())
+                .map(|e| e.fd.as_fd())
+                .collect();
+            fds.push(sig.wake.as_fd());
+            sys::poll_readable(&fds, POLL_MS).map_err(|e| RecordError::Sys {
+                what: "poll".into(),
+                source: e,
+            })?;
+            let mut sink = [0u8; 64];
+            while matches!((&sig.wake).read(&mut sink), Ok(n) if n > 0) {}
+            st.drain(events, scratch);
+            if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
+                st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
+            }
+            if last_flush.elapsed() >= FLUSH_EVERY || st.writer.wants_flush() {
+                st.writer.flush().map_err(out_err)?;
+                last_flush = Instant::now();
+            }
+            progress(&Progress {
+                samples: st.writer.samples(),
+                lost: st.losses.total(),
+                elapsed: started.elapsed(),
+            });
+            let signal = sig.flag.swap(0, Ordering::SeqCst);
+            if signal != 0 {
+                signals_seen += 1;
+                match pid {
+                    // The command decides how to end; a second signal stops at once.
+                    Some(p) if signals_seen < 2 => {
+                        let _ = sys::kill(p, signal as i32);
+                    }
+                    Some(_) => {
+                        stopped_by = Some(signal as i32);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            match pid {
+                Some(p) => match sys::wait_nohang(p) {
+                    Ok(Some(status)) => {
+                        exit = Some(status);
+                        break;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        return Err(RecordError::Sys {
+                            what: "waitpid".into(),
+                            source: e,
+                        })
+                    }
+                },
+                None => {
+                    // Reading /proc/PID/stat each round cost a fifth of the
+                    // recorder's CPU when attached at 4999 Hz: ten times a second
+                    // is soon enough to notice the processes are gone.
+                    if let Target::Pids(pids) = &opts.target {
+                        if last_alive_check.elapsed() >= ALIVE_CHECK_EVERY {
+                            last_alive_check = Instant::now();
+                            if !pids.iter().any(|&p| procfs::alive(p)) {
+                                break;
+                            }
                         }
                     }
                 }
             }
+            if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+                break;
+            }
         }
-        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
+        Ok(Ended {
+            exit,
+            signals_seen,
+            stopped_by,
+        })
+    }
+
+    /// Stops sampling, drains what is left, writes the trailer and the names.
+    fn finish(self, opts: &RecordOptions, ended: Ended) -> Result<RecordSummary, RecordError> {
+        let Session {
+            mut st,
+            mut events,
+            mut kallsyms_loader,
+            mut max_stack,
+            signals,
+            started,
+            pid,
+            mut scratch,
+        } = self;
+        let Ended {
+            mut exit,
+            signals_seen,
+            stopped_by,
+        } = ended;
+        let out_err = |e| RecordError::Output {
+            path: opts.output.clone(),
+            source: e,
+        };
+        for e in &events {
+            let _ = sys::disable(&e.fd);
         }
-    }
-    for e in &events {
-        let _ = sys::disable(&e.fd);
-    }
-    st.drain(&mut events, &mut bufs);
-    // Closed before the sysctl is put back: the kernel refuses to change it
-    // while events with callchains are open.
-    drop(events);
-    if kallsyms_loader.is_some() {
-        st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
-    }
-    let duration = started.elapsed();
-    st.finish_blocked(duration.as_nanos() as u64);
-    unregister(sig_ids);
-    st.finish_waiting();
-    st.finish_deferred();
-    if let Some(m) = &mut max_stack {
-        st.warnings.extend(m.restore());
-    }
-    let deferred = st.deferred.as_ref().map(|d| d.stats).unwrap_or_default();
-    // Cut short by the unwinder (dwarf), and at the kernel's callchain caps.
-    let (unwind_cut, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
-    let truncated_stacks = unwind_cut + st.cut_at_cap;
-    let mut totals = Totals {
-        truncated_stacks,
-        completed_stacks,
-        deferred_stitched: deferred.stitched,
-        deferred_unmatched_samples: deferred.unmatched_samples,
-        deferred_orphan_records: deferred.orphan_records,
-        duration_ns: duration.as_nanos() as u64,
-        processes: st.pids.len() as u64,
-        threads: st.tids.len() as u64,
-        ..Default::default()
-    };
-    st.losses.fill(&mut totals);
-    let samples = st.writer.samples();
-    let lost = st.losses.total();
-    let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
-    let mut warnings = std::mem::take(&mut st.warnings);
-    warnings.extend(crate::deep::cut_warning(unwind_cut, &st.live, samples));
-    warnings.extend(depth_warnings(&st, samples, &deferred));
-    if st.throttles > 0 {
-        warnings.push(format!(
-            "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
-            st.throttles
-        ));
-    }
-    // Names are looked up while the trailer is written, then follow it.
-    let lookup = opts.embed_names.as_ref().map(|e| {
-        let (modules, frames) = st.writer.tables();
-        let e = e.clone();
-        std::thread::spawn(move || crate::embed::lookup(&e, modules, frames))
-    });
-    let mut out = st.writer.finish(totals).map_err(out_err)?;
-    let names = match lookup.map(|h| h.join()) {
-        Some(Ok(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
-        Some(Err(_)) => {
-            warnings.push("looking up names to embed failed; fold will read the binaries".into());
-            None
+        st.drain(&mut events, &mut scratch);
+        // Closed before the sysctl is put back: the kernel refuses to change it
+        // while events with callchains are open.
+        drop(events);
+        if kallsyms_loader.is_some() {
+            st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
         }
-        None => None,
-    };
-    drop(out);
-    let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
-    if let (None, Some(p)) = (exit, pid) {
-        if signals_seen < 2 {
-            // -d elapsed: the command keeps running unrecorded; wait for it so
-            // flamerec still exits with its status.
-            exit = wait_blocking(p);
+        let duration = started.elapsed();
+        st.finish_blocked(duration.as_nanos() as u64);
+        drop(signals);
+        st.finish_waiting();
+        st.finish_deferred();
+        if let Some(m) = &mut max_stack {
+            st.warnings.extend(m.restore());
         }
+        let deferred = st.deferred.as_ref().map(|d| d.stats).unwrap_or_default();
+        // Cut short by the unwinder (dwarf), and at the kernel's callchain caps.
+        let (unwind_cut, completed_stacks) = (st.truncated_stacks, st.completed_stacks);
+        let truncated_stacks = unwind_cut + st.cut_at_cap;
+        let mut totals = Totals {
+            truncated_stacks,
+            completed_stacks,
+            deferred_stitched: deferred.stitched,
+            deferred_unmatched_samples: deferred.unmatched_samples,
+            deferred_orphan_records: deferred.orphan_records,
+            duration_ns: duration.as_nanos() as u64,
+            processes: st.pids.len() as u64,
+            threads: st.tids.len() as u64,
+            ..Default::default()
+        };
+        st.losses.fill(&mut totals);
+        let samples = st.writer.samples();
+        let lost = st.losses.total();
+        let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
+        let mut warnings = std::mem::take(&mut st.warnings);
+        warnings.extend(crate::deep::cut_warning(unwind_cut, &st.live, samples));
+        warnings.extend(depth_warnings(&st, samples, &deferred));
+        if st.throttles > 0 {
+            warnings.push(format!(
+                "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
+                st.throttles
+            ));
+        }
+        // Names are looked up while the trailer is written, then follow it.
+        let lookup = opts.embed_names.as_ref().map(|e| {
+            let (modules, frames) = st.writer.tables();
+            let e = e.clone();
+            std::thread::spawn(move || crate::embed::lookup(&e, modules, frames))
+        });
+        let mut out = st.writer.finish(totals).map_err(out_err)?;
+        let names = match lookup.map(|h| h.join()) {
+            Some(Ok(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
+            Some(Err(_)) => {
+                warnings
+                    .push("looking up names to embed failed; fold will read the binaries".into());
+                None
+            }
+            None => None,
+        };
+        drop(out);
+        let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
+        if let (None, Some(p)) = (exit, pid) {
+            if signals_seen < 2 {
+                // -d elapsed: the command keeps running unrecorded; wait for it so
+                // flamerec still exits with its status.
+                exit = wait_blocking(p);
+            }
+        }
+        warnings.extend(st.losses.warning(samples));
+        Ok(RecordSummary {
+            samples,
+            lost,
+            processes,
+            threads,
+            duration,
+            bytes,
+            output: opts.output.clone(),
+            exit,
+            truncated_stacks,
+            completed_stacks,
+            stopped_by,
+            warnings,
+            names,
+        })
     }
-    warnings.extend(st.losses.warning(samples));
-    Ok(RecordSummary {
-        samples,
-        lost,
-        processes,
-        threads,
-        duration,
-        bytes,
-        output: opts.output.clone(),
-        exit,
-        truncated_stacks,
-        completed_stacks,
-        stopped_by,
-        warnings,
-        names,
-    })
 }
 
 /// Whether this kernel takes `defer_callchain` (Linux 6.19+; older ones
