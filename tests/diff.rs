@@ -56,6 +56,13 @@ fn pct(v: &serde_json::Value) -> f64 {
     v.as_f64().expect("a number")
 }
 
+/// Margins: every function's total and self share may differ by 5 points
+/// between two runs; at ≈ 5,000 samples a side the difference of two 50%
+/// shares has a binomial standard deviation of 1.0 point (see `record`).
+/// Shares are of each run's own CPU time, and the samples a busy machine
+/// adds when it preempts a run are taken in interrupt context, which diff
+/// leaves out of the shares (its report says how many): load moves
+/// neither side. Counts follow CPU time, not the wall clock.
 #[test]
 fn two_recordings_of_the_same_sample_differ_by_at_most_5_points() {
     let bin = cpu_mix();
@@ -93,7 +100,8 @@ fn two_recordings_of_the_same_sample_differ_by_at_most_5_points() {
     let v = read_json(&json);
     assert_eq!(v["schema"], "flamerec-diff/1");
     assert!(
-        // The tolerance assumes ≈ 5,000 samples a side (see `record`).
+        // The tolerance assumes ≈ 5,000 samples a side (see `record`); at
+        // 3,000 it is still 3.9 sd.
         v["base_samples"].as_u64().unwrap() > 3000,
         "{}",
         v["base_samples"]
@@ -122,8 +130,10 @@ fn two_recordings_of_the_same_sample_differ_by_at_most_5_points() {
     ] {
         let f = function(&v, name);
         assert_eq!(f["module"], "cpu-mix", "{f}");
+        // ≥ 20% by construction, ≈ 100% for cpu_mix_run.
         assert!(pct(&f["base"]["total_pct"]) > 10.0, "{f}");
     }
+    // All but start-up and exit (a few ms of ≈ 1 s).
     let run = function(&v, "cpu_mix_run");
     assert!(pct(&run["new"]["total_pct"]) > 95.0, "{run}");
 
@@ -179,12 +189,16 @@ fn a_slowdown_in_one_function_is_caught_by_fail_above() {
     // Outputs are written before the gate trips, so CI can upload them.
     let v = read_json(&json);
     let gamma = function(&v, "cpu_mix_gamma");
+    // 20% → 42.9%: ≈ 5,000 and ≈ 7,000 samples give the difference a
+    // binomial standard deviation of 0.8 points, and 5 points are 6 of them;
+    // shares of each run's own CPU time, load or not.
     let grew = pct(&gamma["total_delta_pct"]);
     assert!(
         (grew - 22.9).abs() <= 5.0,
         "gamma grew {grew} points: {gamma}"
     );
     assert_eq!(gamma["module"], "cpu-mix");
+    // ≈ 100% on both sides, short of it only by start-up and exit (≈ 0.1%).
     let run = function(&v, "cpu_mix_run");
     assert!(pct(&run["total_delta_pct"]).abs() < 1.0, "{run}");
     let md = std::fs::read_to_string(&md).unwrap();
@@ -350,10 +364,15 @@ fn interval(v: &serde_json::Value) -> (f64, f64, f64) {
 /// Margins, for a loaded 2-core machine: each run is ≈ 5,000 samples, so
 /// `cpu_mix_beta` (30%) has ≈ 4,500 a side and its time ratio a sampling
 /// standard error of ≈ 1.8%; the work is register-only xorshift, whose CPU
-/// time per unit moves little with the other core's load (measured here:
-/// the runs' totals spread ≈ 1%). Tolerances on the estimates are ±6 points
-/// of time (≥ 3σ) and ±3 points of share (≥ 4σ of a 4,500-sample
-/// binomial); a 10% slowdown is ≈ 5σ from the gate's 99% bound, and an A/A
+/// time per unit moves little with the other core's load (measured on a
+/// quiet machine: the runs' totals spread ≈ 1%), but a loaded one moved a
+/// side's mean by ≈ 3% (the beta side's program time measured +6.2% for
+/// +3%), the same for every function of a run: the difference of two
+/// 3-run means then has ≈ 2 points of sd on top of sampling. Tolerances:
+/// program time ±6 points (A/A) and ±8 (30% slower), ≥ 3σ of that; beta's
+/// time ±9 points (its sampling 1.8 and the runs' 2 give ≈ 2.7: 3.3σ); ±3
+/// points of share, which no speed moves (≥ 4σ of a 4,500-sample
+/// binomial). A 10% slowdown is ≈ 5σ from the gate's 99% bound, and an A/A
 /// comparison trips only past both its 99% interval and the thresholds.
 #[test]
 fn the_gate_knows_time_runs_and_noise() {
@@ -395,7 +414,8 @@ fn the_gate_knows_time_runs_and_noise() {
 
     // One function 10% slower: caught (by its time, or by its share when
     // the machine's spread between runs widened the time interval: both are
-    // the gate's to use), and named first.
+    // the gate's to use), and named first of the functions that do work of
+    // their own.
     let (o, v) = gate(dir.path(), base, beta, &README_GATE);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
@@ -405,7 +425,7 @@ fn the_gate_knows_time_runs_and_noise() {
     }
     let b = function(&v, "cpu_mix_beta");
     let (est, _, high) = interval(&b["time_change_pct"]);
-    assert!((est - 10.0).abs() < 6.0 && high > 10.0, "{b}");
+    assert!((est - 10.0).abs() < 9.0 && high > 10.0, "{b}");
     // Its share: 30 → 3.3/10.3 = 32.0%.
     let share = pct(&b["new"]["total_pct"]);
     assert!((share - 32.0).abs() < 3.0, "{b}");
@@ -422,10 +442,16 @@ fn the_gate_knows_time_runs_and_noise() {
         .expect("diff");
     let md = String::from_utf8(md.stdout).unwrap();
     let regressions = md.split("### Regressions").nth(1).unwrap();
+    let regressions = regressions.split("### Improvements").next().unwrap();
+    // Its callers (main, cpu_mix_run, ...) hold its growth and rank with it
+    // when the whole program's, +3% by construction, is measured past the
+    // 5% threshold: with the ≈ 1.7 points of sd a loaded machine gives that
+    // change (its 99% interval was ±4.4), one run in eight; they then lead
+    // by their larger time. Of the functions with work of their own, beta
+    // leads.
     let first = regressions
         .lines()
-        .skip_while(|l| !l.starts_with("|:--"))
-        .nth(1)
+        .find(|l| l.starts_with("| `cpu_mix_") && !l.starts_with("| `cpu_mix_run`"))
         .unwrap_or_default();
     assert!(first.starts_with("| `cpu_mix_beta` |"), "{md}");
     assert!(md.contains("### Resolution"), "{md}");

@@ -19,11 +19,8 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::common::{flamerec, stderr};
+use crate::common::{flamerec, stderr, wait_for, DEADLINE};
 use serde_json::Value;
-
-/// Generous: the VM running the tests is shared and busy.
-const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Frames of `ts_recurse` in `ts-deep`'s stack: 200 levels below the first call.
 const DEPTH_FRAMES: usize = 201;
@@ -51,15 +48,6 @@ fn is_root() -> bool {
                 .map(|v| v.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
-}
-
-/// Polls `cond` until it holds; panics with `what` after [`DEADLINE`].
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// thread-states, compiled with rustc (as the samples are), with or without

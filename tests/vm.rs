@@ -320,6 +320,9 @@ fn deferred_callchains_on_linux_7_2_are_whole_and_every_cookie_matched_but_at_ex
     let i = info(&out, "fp-defer");
     assert_eq!(i["call_graph"], "fp,defer", "{i}");
     assert_eq!(i["user_stacks"], "deferred", "{i}");
+    // 0 lost: a 2 MiB ring holds ≈ 650 records of ≈ 3 KiB, ≈ 0.65 s of one
+    // vCPU's samples, far longer than a busy host stalls the recorder's vCPU
+    // (54 records were lost with 512 KiB; see RING_PAGES).
     assert_eq!(i["lost_samples"], 0, "{i}");
     // Every sample gets its user part, but for samples taken while the
     // process exits: a task leaving in exit_group never returns to user
@@ -342,6 +345,11 @@ fn deferred_callchains_on_linux_7_2_are_whole_and_every_cookie_matched_but_at_ex
         without_user <= exiting,
         "samples without their user part that kept more than kernel frames: {i}"
     );
+    // The exit path is a short stretch of the guest's CPU (≈ 1 sample at
+    // 999 Hz). A busy host that stalls the vCPU meanwhile adds one overdue
+    // timer interrupt per stall, not one sample per missed period (the
+    // cpu-clock timer fires once and moves on), so 5 allows a few stalls
+    // inside an exit.
     assert!(without_user <= 5, "{i}");
     assert_eq!(i["truncated_stacks"], 0, "{i}");
     let s = assert_whole(&out, "fp-defer");
