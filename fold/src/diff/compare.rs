@@ -123,6 +123,11 @@ impl FunctionDiff {
     pub fn added_ns(&self) -> Option<f64> {
         Some(self.new_time?.total_ns - self.base_time?.total_ns)
     }
+
+    /// Self time per run NEW minus BASE, when both sides have time.
+    pub fn added_self_ns(&self) -> Option<f64> {
+        Some(self.new_time?.self_ns - self.base_time?.self_ns)
+    }
 }
 
 /// The gate's thresholds. A function trips it when its change is outside
@@ -439,7 +444,8 @@ impl Diff {
             .retain(|f| f.base.total_pct >= pct || f.new.total_pct >= pct);
     }
 
-    /// Functions that trip the gate, largest added time (or share) first.
+    /// Functions that trip the gate, where the time went first (see
+    /// [`by_growth`]).
     pub fn tripped(&self) -> Vec<&FunctionDiff> {
         let mut out: Vec<&FunctionDiff> = self
             .functions
@@ -491,11 +497,19 @@ pub fn group_name(group: &[&FunctionDiff]) -> (String, usize) {
 }
 
 /// Ascending by added time when known, else by total share change.
+/// Orders by growth, the function a change happened in before the callers
+/// that only contain it: added self time (self share points without time),
+/// then added total time (total share), total share, name. A caller's total
+/// grows with its callee's and, when the machine also slowed the rest of
+/// the program a little, by more: by total alone `main` would head every
+/// list a slower leaf trips.
 pub(super) fn by_growth(a: &FunctionDiff, b: &FunctionDiff) -> Ordering {
+    let own = |f: &FunctionDiff| f.added_self_ns().unwrap_or(f.self_delta_pct);
     let key = |f: &FunctionDiff| f.added_ns().unwrap_or(f.total_delta_pct);
-    key(a)
-        .partial_cmp(&key(b))
+    own(a)
+        .partial_cmp(&own(b))
         .unwrap_or(Ordering::Equal)
+        .then_with(|| key(a).partial_cmp(&key(b)).unwrap_or(Ordering::Equal))
         .then_with(|| {
             a.total_delta_pct
                 .partial_cmp(&b.total_delta_pct)
@@ -806,7 +820,10 @@ mod tests {
                 ..opts
             },
         );
-        assert_eq!(kept.tripped()[0].name, "asm_sysvec_reschedule_ipi");
+        // Kept, the interrupt path trips: the scheduler it entered (where
+        // the samples end) first, then the IPI entry (the same samples).
+        let names: Vec<&str> = kept.tripped().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["schedule", "asm_sysvec_reschedule_ipi"]);
     }
 
     #[test]
@@ -835,5 +852,23 @@ mod tests {
         );
         assert!(d.tripped().is_empty());
         assert_eq!(get(&d, "a").verdict, Verdict::Noise);
+    }
+
+    #[test]
+    fn the_function_a_change_happened_in_comes_before_its_callers() {
+        let gate = DiffOptions {
+            gate: Gate {
+                share_pts: Some(1.0),
+                time_pct: None,
+            },
+            ..DiffOptions::default()
+        };
+        // `run` grows by 10 points in total, 2 of them its own; `leaf`
+        // grows by 8, all its own: the list starts where the time went.
+        let base = side("p;main;run;leaf 2000\np;main;run 1000\np;main;rest 7000\n");
+        let new = side("p;main;run;leaf 2800\np;main;run 1200\np;main;rest 6000\n");
+        let d = Diff::compare(&base, &new, &gate);
+        let names: Vec<&str> = d.tripped().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["leaf", "run"]);
     }
 }
