@@ -303,4 +303,26 @@ fn info_json_describes_the_recording() {
     );
     assert_eq!(v["command"][0], bin.to_str().unwrap());
     let _: HashMap<String, serde_json::Value> = serde_json::from_value(v).unwrap();
+
+    // `flamerec info x.frec | head -1`: the reader goes away after one
+    // line; info stops quietly instead of panicking on the closed pipe
+    // (it did). No sampling: exact.
+    for args in [&["info"][..], &["info", "--json"][..]] {
+        let mut child = flamerec()
+            .args(args)
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run flamerec info");
+        drop(child.stdout.take());
+        let o = child.wait_with_output().expect("wait for flamerec info");
+        let err = stderr(&o);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            o.status.success() || o.status.code().is_some(),
+            "{args:?}: killed by a signal: {:?} {err}",
+            o.status
+        );
+    }
 }
