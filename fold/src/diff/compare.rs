@@ -312,7 +312,7 @@ impl Tallied {
                 self.runs
                     .iter()
                     .zip(&self.samples_per_weight)
-                    .map(|(t, s)| t.functions.get(*name).map_or(0.0, |w| w.total_w as f64 * s))
+                    .map(|(t, s)| t.functions.get(*name).map_or(0.0, |w| w.self_w as f64 * s))
                     .collect()
             })
             .collect();

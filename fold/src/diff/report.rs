@@ -45,6 +45,7 @@ pub fn write_diff_json<W: Write>(diff: &Diff, out: W) -> io::Result<()> {
         },
         noise: JsonNoise {
             dispersion: diff.noise.dispersion,
+            dispersion_measured: diff.noise.dispersion_df.is_some(),
             run_spread_pct: diff.noise.run_spread * 100.0,
             run_spread_measured: diff.noise.run_spread_df.is_some(),
         },
@@ -124,6 +125,7 @@ struct JsonInterrupts {
 #[derive(Serialize)]
 struct JsonNoise {
     dispersion: f64,
+    dispersion_measured: bool,
     run_spread_pct: f64,
     run_spread_measured: bool,
 }
@@ -493,12 +495,19 @@ fn resolution<W: Write>(out: &mut W, diff: &Diff, timed: bool) -> io::Result<()>
             diff.noise.run_spread * 100.0
         )
     };
+    let shares = if diff.noise.dispersion_df.is_some() {
+        format!(
+            "shares vary between runs {:.2}× as much (variance) as sampling alone gives",
+            diff.noise.dispersion
+        )
+    } else {
+        "shares are taken to vary as sampling alone gives: one run per side".to_string()
+    };
     writeln!(
         out,
-        "Noise: the program's time spreads {spread}; shares spread {:.2}× what sampling alone \
-         gives. Sampling noise shrinks with more samples (a higher -F, longer runs), the \
-         spread between runs with more runs per side.",
-        diff.noise.dispersion
+        "Noise: the program's time spreads {spread}; {shares}. Sampling noise shrinks with \
+         more samples (a higher -F, longer runs), the spread between runs with more runs per \
+         side."
     )?;
     writeln!(out)
 }

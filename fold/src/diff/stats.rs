@@ -8,9 +8,12 @@
 //!
 //! - **the share** is binomial: which of the program's samples land in the
 //!   function is a draw per sample. Several runs per side show whether the
-//!   runs' shares spread more than binomial draws would; that excess, pooled
-//!   over every function with enough samples, is the *dispersion* φ ≥ 1 that
-//!   scales every share's variance.
+//!   runs' shares spread more than binomial draws would: Pearson's χ² of
+//!   each side's runs × leaf functions table (each sample has one leaf, so
+//!   the leaves split the samples as a multinomial draw; leaves with fewer
+//!   than 30 samples a run are one column), over its degrees of freedom,
+//!   pooled over the sides, is the *dispersion* φ ≥ 1 that scales every
+//!   share's variance.
 //! - **the program's time** moves with the machine (other tenants, cache and
 //!   frequency effects): the same work takes a little more or less CPU from
 //!   one run to the next, uniformly across functions. Its variance between
@@ -22,8 +25,10 @@
 //! `φ·[(1−p_b)/n_b + (1−p_n)/n_n] + c²·(1/k_b + 1/k_n) + 1/N_b + 1/N_n`
 //! (n: the function's samples, N: the program's, k: runs, p: shares), and its
 //! interval uses Student's t with Welch–Satterthwaite degrees of freedom
-//! (only c² is estimated from few values). Share changes use the binomial
-//! variance times φ with the normal quantile. Every interval is two-sided 99%.
+//! (c² and φ are estimated from few values). Share changes use the binomial
+//! variance times φ, with Student's t on φ's degrees of freedom when φ was
+//! measured above 1 and the normal quantile otherwise. Every interval is
+//! two-sided 99%.
 
 /// Two-sided confidence of every interval, in percent.
 pub const CONFIDENCE_PCT: f64 = 99.0;
@@ -99,6 +104,9 @@ pub struct Noise {
     /// Over-dispersion φ ≥ 1 of the shares between runs (1 when no side has
     /// two runs).
     pub dispersion: f64,
+    /// Degrees of freedom of `dispersion`, or `None` when it was not
+    /// measured (one run per side, or a single leaf).
+    pub dispersion_df: Option<f64>,
     /// The program's time spread between runs of a side, as a coefficient of
     /// variation (0.02 = 2%).
     pub run_spread: f64,
@@ -137,14 +145,23 @@ impl Counts {
     }
 }
 
+/// A variance and its parts estimated from few runs: (part, its degrees of
+/// freedom, `None` when known).
+struct Variance {
+    total: f64,
+    parts: [(f64, Option<f64>); 2],
+}
+
 /// The measured parts of a side's runs, for [`Noise::measure`].
 #[derive(Debug, Clone, Default)]
 pub struct SideRuns {
     /// Each run's program time (any unit proportional to CPU time) and
     /// samples.
     pub totals: Vec<(f64, f64)>,
-    /// Per function (any order, same function across runs), its samples in
-    /// each run: `per_function[f][run]`.
+    /// Per function (any order, same function across runs), its *self*
+    /// samples (the stack's leaf) in each run: `per_function[f][run]`. Each
+    /// sample has one leaf, so these split the program's samples the way a
+    /// multinomial draw would.
     pub per_function: Vec<Vec<f64>>,
 }
 
@@ -182,69 +199,98 @@ impl Noise {
             (assumed_spread, None)
         };
 
-        // Dispersion: observed over binomial variance of the per-run shares,
-        // pooled over functions and sides weighted by degrees of freedom.
-        let (mut ratio_sum, mut ratio_df) = (0.0, 0.0);
+        // Dispersion: Pearson's χ² of the runs × leaves table of each side
+        // (leaves with enough samples, the rest as one more column), over its
+        // degrees of freedom (k − 1)(C − 1), pooled over the sides. Leaves
+        // partition the samples, so no function counts twice: pooled over
+        // totals instead, the dozen callers that hold every sample at ≈ 100%
+        // diluted one load-sensitive leaf's spread to φ = 1.
+        let (mut chi2, mut chi_df) = (0.0, 0.0);
         for side in sides {
             let k = side.totals.len();
             if k < 2 {
                 continue;
             }
-            for runs in &side.per_function {
-                if runs.len() != k {
-                    continue;
-                }
-                let shares: Vec<(f64, f64)> = runs
-                    .iter()
-                    .zip(&side.totals)
-                    .map(|(&n, &(_, total))| (if total > 0.0 { n / total } else { 0.0 }, total))
-                    .collect();
-                let mean_n = runs.iter().sum::<f64>() / k as f64;
-                if mean_n < DISPERSION_MIN_SAMPLES {
-                    continue;
-                }
-                let p = shares.iter().map(|s| s.0).sum::<f64>() / k as f64;
-                let observed =
-                    shares.iter().map(|s| (s.0 - p).powi(2)).sum::<f64>() / (k - 1) as f64;
-                let expected = shares
-                    .iter()
-                    .map(|&(_, total)| p * (1.0 - p) / total.max(1.0))
-                    .sum::<f64>()
-                    / k as f64;
-                if expected > 0.0 {
-                    ratio_sum += (k - 1) as f64 * observed / expected;
-                    ratio_df += (k - 1) as f64;
+            let mut columns: Vec<Vec<f64>> = side
+                .per_function
+                .iter()
+                .filter(|runs| {
+                    runs.len() == k && runs.iter().sum::<f64>() / k as f64 >= DISPERSION_MIN_SAMPLES
+                })
+                .cloned()
+                .collect();
+            let rest: Vec<f64> = (0..k)
+                .map(|r| {
+                    let listed: f64 = columns.iter().map(|c| c[r]).sum();
+                    (side.totals[r].1 - listed).max(0.0)
+                })
+                .collect();
+            if rest.iter().sum::<f64>() / k as f64 >= DISPERSION_MIN_SAMPLES {
+                columns.push(rest);
+            }
+            if columns.len() < 2 {
+                continue;
+            }
+            let rows: Vec<f64> = (0..k).map(|r| columns.iter().map(|c| c[r]).sum()).collect();
+            let all: f64 = rows.iter().sum();
+            if all <= 0.0 {
+                continue;
+            }
+            for column in &columns {
+                let p = column.iter().sum::<f64>() / all;
+                for (n, row) in column.iter().zip(&rows) {
+                    let expected = row * p;
+                    if expected > 0.0 {
+                        chi2 += (n - expected).powi(2) / expected;
+                    }
                 }
             }
+            chi_df += ((k - 1) * (columns.len() - 1)) as f64;
         }
-        let dispersion = if ratio_df > 0.0 {
-            (ratio_sum / ratio_df).max(1.0)
+        let (dispersion, dispersion_df) = if chi_df > 0.0 {
+            ((chi2 / chi_df).max(1.0), Some(chi_df))
         } else {
-            1.0
+            (1.0, None)
         };
         Noise {
             dispersion,
+            dispersion_df,
             run_spread,
             run_spread_df,
         }
     }
 
-    /// Variance of ln(time ratio) for a function, and the part of it that
-    /// comes from the run spread (for the degrees of freedom).
-    fn time_variance(&self, base: &Counts, new: &Counts) -> (f64, f64) {
+    /// Variance of ln(time ratio) for a function, with the parts of it
+    /// that were estimated from few runs (for the degrees of freedom).
+    fn time_variance(&self, base: &Counts, new: &Counts) -> Variance {
         // Half a sample keeps a function absent from one side finite.
-        let part = |c: &Counts| {
-            let n = c.function.max(0.5);
-            self.dispersion * (1.0 - c.share()).max(0.0) / n + 1.0 / c.program.max(1.0)
-        };
+        let binomial = |c: &Counts| (1.0 - c.share()).max(0.0) / c.function.max(0.5);
+        let shares = self.dispersion * (binomial(base) + binomial(new));
+        let programs = 1.0 / base.program.max(1.0) + 1.0 / new.program.max(1.0);
         let runs = self.run_spread.powi(2) * (1.0 / base.runs + 1.0 / new.runs);
-        (part(base) + part(new) + runs, runs)
+        Variance {
+            total: shares + programs + runs,
+            parts: [
+                (runs, self.run_spread_df),
+                (shares, self.dispersion_df.filter(|_| self.dispersion > 1.0)),
+            ],
+        }
     }
 
-    fn quantile(&self, variance: f64, run_part: f64) -> f64 {
-        match self.run_spread_df {
-            Some(df) if run_part > 0.0 => t_quantile(variance.powi(2) / (run_part.powi(2) / df)),
-            _ => Z,
+    /// The two-sided 99% quantile for `v`: Student's t with the
+    /// Welch–Satterthwaite degrees of freedom of its estimated parts, the
+    /// normal quantile when every part is known.
+    fn quantile(&self, v: &Variance) -> f64 {
+        let spread: f64 = v
+            .parts
+            .iter()
+            .filter_map(|&(part, df)| Some(part.powi(2) / df?))
+            .filter(|x| *x > 0.0)
+            .sum();
+        if spread > 0.0 {
+            t_quantile(v.total.powi(2) / spread)
+        } else {
+            Z
         }
     }
 
@@ -252,14 +298,24 @@ impl Noise {
     /// from a side counts half a sample there, so the interval stays finite;
     /// its estimate is then that bound, not a measured ratio.
     pub fn time_change(&self, base: &Counts, new: &Counts) -> Interval {
-        let (v, runs) = self.time_variance(base, new);
-        let q = self.quantile(v, runs);
+        let var = self.time_variance(base, new);
+        let q = self.quantile(&var);
+        let v = var.total;
         let log_ratio = (new.time_per_run() / base.time_per_run()).ln();
         let pct = |x: f64| (x.exp() - 1.0) * 100.0;
         Interval {
             estimate: pct(log_ratio),
             low: pct(log_ratio - q * v.sqrt()),
             high: pct(log_ratio + q * v.sqrt()),
+        }
+    }
+
+    /// The quantile for a share change: Student's t when the dispersion
+    /// was measured (and above 1), the normal quantile otherwise.
+    fn share_quantile(&self) -> f64 {
+        match self.dispersion_df {
+            Some(df) if self.dispersion > 1.0 => t_quantile(df),
+            _ => Z,
         }
     }
 
@@ -277,7 +333,7 @@ impl Noise {
     /// The change of a function's share of the program, in points.
     pub fn share_change(&self, base: &Counts, new: &Counts) -> Interval {
         let d = 100.0 * (new.share() - base.share());
-        let h = Z * self.share_se(base, new);
+        let h = self.share_quantile() * self.share_se(base, new);
         Interval {
             estimate: d,
             low: d - h,
@@ -289,9 +345,9 @@ impl Noise {
     /// gate catches four times in five with threshold `threshold_pct`.
     pub fn detectable_time(&self, base: &Counts, threshold_pct: f64) -> f64 {
         // As if NEW were like BASE: the resolution this comparison has.
-        let (v, runs) = self.time_variance(base, base);
-        let se = v.sqrt();
-        let limit = (self.quantile(v, runs) * se).max((1.0 + threshold_pct / 100.0).ln());
+        let var = self.time_variance(base, base);
+        let se = var.total.sqrt();
+        let limit = (self.quantile(&var) * se).max((1.0 + threshold_pct / 100.0).ln());
         ((limit + Z_POWER * se).exp() - 1.0) * 100.0
     }
 
@@ -304,7 +360,7 @@ impl Noise {
             ..*base
         };
         let se = self.share_se(base, &new);
-        (Z * se).max(threshold_pts) + Z_POWER * se
+        (self.share_quantile() * se).max(threshold_pts) + Z_POWER * se
     }
 }
 
@@ -367,14 +423,54 @@ mod tests {
 
     #[test]
     fn dispersion_is_one_for_binomial_runs_and_more_for_wider_ones() {
-        // 10,000 samples a run, share 30%: binomial SD 0.46 points. Runs 0.1
-        // points apart are within it (φ floored at 1); 3 points apart are not.
+        // 10,000 samples a run, one leaf at 30% and the rest: binomial SD 0.46
+        // points. Runs 0.1 points apart are within it (φ floored at 1); 3
+        // points apart are not.
         let steady = runs(&[10_000.0; 3], &[&[3000.0, 3010.0, 2990.0]]);
-        assert_eq!(Noise::measure([&steady, &steady], 0.05).dispersion, 1.0);
+        let n = Noise::measure([&steady, &steady], 0.05);
+        assert_eq!((n.dispersion, n.dispersion_df), (1.0, Some(4.0)));
         let wide = runs(&[10_000.0; 3], &[&[3000.0, 3300.0, 2700.0]]);
         let phi = Noise::measure([&wide, &wide], 0.05).dispersion;
-        // Observed variance 0.0009 over binomial 0.000021: about 43.
+        // χ² per side: 2 × (300² / 3000 + 300² / 7000) = 85.7 on 2 df: 42.9.
         assert!((phi - 42.9).abs() < 0.5, "{phi}");
+    }
+
+    #[test]
+    fn callers_holding_every_sample_do_not_dilute_the_dispersion() {
+        // A leaf spread 3 points between runs, and ten callers at 100%:
+        // leaves are what is measured, so the callers change nothing.
+        let leaf: &[f64] = &[3000.0, 3300.0, 2700.0];
+        let caller: &[f64] = &[0.0, 0.0, 0.0];
+        let alone = runs(&[10_000.0; 3], &[leaf]);
+        let with_callers = runs(
+            &[10_000.0; 3],
+            &[leaf, caller, caller, caller, caller, caller],
+        );
+        let a = Noise::measure([&alone, &alone], 0.05);
+        let b = Noise::measure([&with_callers, &with_callers], 0.05);
+        assert_eq!(a, b);
+        assert!(a.dispersion > 40.0, "{a:?}");
+    }
+
+    #[test]
+    fn a_measured_dispersion_widens_share_intervals_by_t() {
+        let measured = Noise {
+            dispersion: 2.0,
+            dispersion_df: Some(8.0),
+            run_spread: 0.0,
+            run_spread_df: None,
+        };
+        let assumed = Noise {
+            dispersion_df: None,
+            ..measured
+        };
+        let base = counts(4500.0, 15_000.0, 3.0);
+        let new = counts(4800.0, 15_000.0, 3.0);
+        let t = measured.share_change(&base, &new);
+        let z = assumed.share_change(&base, &new);
+        // t(8) at 99.5% is 3.355 against 2.576.
+        let ratio = (t.high - t.estimate) / (z.high - z.estimate);
+        assert!((ratio - 3.355 / Z).abs() < 0.01, "{ratio}");
     }
 
     fn counts(function: f64, program: f64, runs: f64) -> Counts {
@@ -390,6 +486,7 @@ mod tests {
     fn a_time_change_is_told_from_sampling_noise() {
         let noise = Noise {
             dispersion: 1.0,
+            dispersion_df: None,
             run_spread: 0.01,
             run_spread_df: Some(4.0),
         };
@@ -408,6 +505,7 @@ mod tests {
         // The same 10% with one run a side and a 5% assumed spread: not resolvable.
         let one = Noise {
             dispersion: 1.0,
+            dispersion_df: None,
             run_spread: 0.05,
             run_spread_df: None,
         };
@@ -419,6 +517,7 @@ mod tests {
     fn new_and_vanished_functions_have_finite_intervals() {
         let noise = Noise {
             dispersion: 1.0,
+            dispersion_df: None,
             run_spread: 0.02,
             run_spread_df: None,
         };
@@ -437,6 +536,7 @@ mod tests {
     fn share_changes_use_binomial_noise_times_the_dispersion() {
         let mut noise = Noise {
             dispersion: 1.0,
+            dispersion_df: None,
             run_spread: 0.0,
             run_spread_df: None,
         };
@@ -455,6 +555,7 @@ mod tests {
     fn detectable_changes_shrink_with_samples_and_respect_the_threshold() {
         let noise = Noise {
             dispersion: 1.0,
+            dispersion_df: None,
             run_spread: 0.01,
             run_spread_df: Some(4.0),
         };
