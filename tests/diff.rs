@@ -372,15 +372,23 @@ fn interval(v: &serde_json::Value) -> (f64, f64, f64) {
 /// program time ±6 points (A/A) and ±8 (30% slower), ≥ 3σ of that; beta's
 /// time ±9 points (its sampling 1.8 and the runs' 2 give ≈ 2.7: 3.3σ); ±3
 /// points of share, which no speed moves (≥ 4σ of a 4,500-sample
-/// binomial). A 10% slowdown is ≈ 5σ from the gate's 99% bound, and an A/A
-/// comparison trips only past both its 99% interval and the thresholds.
+/// binomial). The regression to catch is beta 20% slower: with three runs a
+/// side the gate's stated resolution for beta is +8 to +11% (bench/RESULTS.md,
+/// beside two busy loops), so 20% is about twice it and, at ≈ 3.5 points of
+/// standard error under a CPU hog, 3σ above where its interval would reach
+/// zero. 10% is near the resolution: caught 20 times in 20 in the bench, but
+/// one stress run of the suite missed it — a rate, which the bench measures.
+/// (cpu-mix's rounds once ran in a fixed order, and a 4999 Hz clock aliased
+/// with their ≈ 30 µs period: beta=20 measured +13–15% and moved alpha +3%.
+/// They start at a pseudo-random function now.) An A/A comparison trips only
+/// past both its 99% interval and the thresholds.
 #[test]
 fn the_gate_knows_time_runs_and_noise() {
     let dir = tmp();
     let kinds: [(&str, &[&str]); 4] = [
         ("base", &[]),
         ("same", &[]),
-        ("beta", &["--slower", "beta=10"]),
+        ("beta", &["--slower", "beta=20"]),
         ("all", &["--slower", "all=30"]),
     ];
     let Some(pools) = runs(dir.path(), 3, &kinds) else {
@@ -412,22 +420,24 @@ fn the_gate_knows_time_runs_and_noise() {
         assert!(pct(&f["base"]["self_ns"]) > 0.0, "{f}");
     }
 
-    // One function 10% slower: caught (by its time, or by its share when
+    // One function much slower: caught (by its time, or by its share when
     // the machine's spread between runs widened the time interval: both are
     // the gate's to use), and named first.
     let (o, v) = gate(dir.path(), base, beta, &README_GATE);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("cpu_mix_beta ("), "{err}");
-    for innocent in ["cpu_mix_alpha", "cpu_mix_gamma", "whole program", "asm_"] {
+    // The other leaves did not change, and interrupt entry frames are not
+    // the program's: none is named.
+    for innocent in ["cpu_mix_alpha", "cpu_mix_gamma", "asm_"] {
         assert!(!err.contains(innocent), "{innocent} did not trip: {err}");
     }
     let b = function(&v, "cpu_mix_beta");
     let (est, _, high) = interval(&b["time_change_pct"]);
-    assert!((est - 10.0).abs() < 9.0 && high > 10.0, "{b}");
-    // Its share: 30 → 3.3/10.3 = 32.0%.
+    assert!((est - 20.0).abs() < 10.0 && high > 20.0, "{b}");
+    // Its share: 30 → 3.6/10.6 = 34.0%.
     let share = pct(&b["new"]["total_pct"]);
-    assert!((share - 32.0).abs() < 3.0, "{b}");
+    assert!((share - 34.0).abs() < 3.0, "{b}");
     assert!(b["trips"] == "time" || b["trips"] == "share", "{b}");
     assert!(pct(&b["detectable_time_pct"]) > 0.0, "{b}");
     let md = flamerec()
@@ -442,11 +452,9 @@ fn the_gate_knows_time_runs_and_noise() {
     let md = String::from_utf8(md.stdout).unwrap();
     let regressions = md.split("### Regressions").nth(1).unwrap();
     let regressions = regressions.split("### Improvements").next().unwrap();
-    // Its callers (main, cpu_mix_run, ...) hold its growth and trip with it
-    // when the whole program's, +3% by construction, is measured past the
-    // 5% threshold: with the ≈ 1.7 points of sd a loaded machine gives that
-    // change (its 99% interval was ±4.4), one run in eight. The report lists
-    // where the time went first (added self time), so beta leads either way.
+    // Its callers (main, cpu_mix_run, ...) hold its growth: the whole
+    // program's, +6%, passes the 5% threshold, so they trip with it. The report lists where the time went first (added self
+    // time): beta leads.
     let first = regressions
         .lines()
         .skip_while(|l| !l.starts_with("|:--"))

@@ -16,7 +16,9 @@
 //! The work is counted in units, not in time: every unit runs the same loop body, so a
 //! profile's self shares follow the unit split exactly — `cpu_mix_alpha` 50%,
 //! `cpu_mix_beta` 30%, `cpu_mix_gamma` 20%. The functions are called interleaved, in rounds
-//! of 5 + 3 + 2 units, so the shares hold for any prefix of the run (a recording cut short).
+//! of 5 + 3 + 2 units, so the shares hold for any prefix of the run (a recording cut short);
+//! each round starts at a pseudo-random one of the three, so no sampling clock locks onto the
+//! rounds' period.
 //! The stack is `main → cpu_mix_run → cpu_mix_{alpha,beta,gamma}`; all three levels are
 //! `#[no_mangle]` and `#[inline(never)]`, so their symbol names are plain and identical in
 //! every build (with or without frame pointers, by cargo or by `rustc` directly).
@@ -123,10 +125,34 @@ struct Args {
 fn cpu_mix_run(args: &Args) -> u64 {
     let mut state = SEED;
     let [alpha, beta, gamma] = args.steps;
+    let gamma_units = GAMMA_UNITS * args.slow_gamma;
+    // Each round starts at a pseudo-random one of the three functions, so
+    // the run has no period a sampling clock could lock onto: with a fixed
+    // order (a round is ≈ 30 µs), a 4999 Hz clock sampled alpha 48% and,
+    // with every function 30% slower, 50% — shares moved by the round's
+    // length, not the work.
+    let mut pick: u64 = 0x2545_f491_4f6c_dd1d;
     for _ in 0..args.units.div_ceil(UNITS_PER_ROUND) {
-        cpu_mix_alpha(&mut state, ALPHA_UNITS, alpha);
-        cpu_mix_beta(&mut state, BETA_UNITS, beta);
-        cpu_mix_gamma(&mut state, GAMMA_UNITS * args.slow_gamma, gamma);
+        pick ^= pick << 13;
+        pick ^= pick >> 7;
+        pick ^= pick << 17;
+        match pick % 3 {
+            0 => {
+                cpu_mix_alpha(&mut state, ALPHA_UNITS, alpha);
+                cpu_mix_beta(&mut state, BETA_UNITS, beta);
+                cpu_mix_gamma(&mut state, gamma_units, gamma);
+            }
+            1 => {
+                cpu_mix_beta(&mut state, BETA_UNITS, beta);
+                cpu_mix_gamma(&mut state, gamma_units, gamma);
+                cpu_mix_alpha(&mut state, ALPHA_UNITS, alpha);
+            }
+            _ => {
+                cpu_mix_gamma(&mut state, gamma_units, gamma);
+                cpu_mix_alpha(&mut state, ALPHA_UNITS, alpha);
+                cpu_mix_beta(&mut state, BETA_UNITS, beta);
+            }
+        }
     }
     state.iter().fold(0, |acc, word| acc ^ word)
 }
