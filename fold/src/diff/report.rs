@@ -501,7 +501,11 @@ fn resolution<W: Write>(out: &mut W, diff: &Diff, timed: bool) -> io::Result<()>
             diff.noise.dispersion
         )
     } else {
-        "shares are taken to vary as sampling alone gives: one run per side".to_string()
+        format!(
+            "shares are assumed to vary between runs {:.0}× as much (variance) as sampling \
+             alone gives: one run per side",
+            diff.noise.dispersion
+        )
     };
     writeln!(
         out,
@@ -641,7 +645,12 @@ mod tests {
             ]
         );
         assert!(v["time"].is_null());
-        assert_eq!(v["noise"]["dispersion"], 1.0);
+        // One run a side: the dispersion is assumed, and says so.
+        assert_eq!(
+            v["noise"]["dispersion"],
+            super::super::stats::ASSUMED_DISPERSION
+        );
+        assert_eq!(v["noise"]["dispersion_measured"], false);
     }
 
     #[test]
