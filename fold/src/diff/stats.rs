@@ -48,6 +48,10 @@ const T_995: [f64; 30] = [
     2.771, 2.763, 2.756, 2.750,
 ];
 
+/// Degrees of freedom the assumed run spread (`--run-spread`) counts for
+/// when the runs measure it: one run's worth.
+pub const SPREAD_PRIOR_DF: f64 = 1.0;
+
 /// The dispersion assumed when no side has two runs to measure it: identical
 /// runs of cpu-mix beside two busy loops measured 1.1–1.7, and with φ = 1 an
 /// A/A comparison of single runs tripped on a leaf's share in 2 of 66 pairs.
@@ -200,7 +204,14 @@ impl Noise {
                 .sum::<f64>();
         }
         let (run_spread, run_spread_df) = if df > 0.0 {
-            (((ss - poisson) / df).max(0.0).sqrt(), Some(df))
+            // Few runs say little about a small spread: four degrees of
+            // freedom once measured 0 where the machine's spread was ≈ 2%, and
+            // an A/A comparison tripped. The assumed spread counts as
+            // `SPREAD_PRIOR_DF` more degrees of freedom, so the estimate starts
+            // there and moves to what the runs show as runs are added.
+            let measured = (ss - poisson).max(0.0);
+            let c2 = (measured + SPREAD_PRIOR_DF * assumed_spread.powi(2)) / (df + SPREAD_PRIOR_DF);
+            (c2.sqrt(), Some(df + SPREAD_PRIOR_DF))
         } else {
             (assumed_spread, None)
         };
@@ -418,13 +429,21 @@ mod tests {
 
     #[test]
     fn run_spread_is_measured_within_sides_not_between_them() {
-        // Each side steady (±1%), the sides 30% apart: the spread is about 1%,
-        // and the 30% is the change, not noise.
+        // Each side steady (±1%), the sides 30% apart: the 30% is the change,
+        // not noise. Four degrees of freedom measure 1%; with the assumed 5%
+        // as one more: sqrt((4 × 0.01² + 0.05²) / 5) = 2.4%.
         let base = runs(&[1_000_000.0, 1_010_000.0, 990_000.0], &[]);
         let new = runs(&[1_300_000.0, 1_313_000.0, 1_287_000.0], &[]);
         let n = Noise::measure([&base, &new], 0.05);
-        assert_eq!(n.run_spread_df, Some(4.0));
-        assert!((n.run_spread - 0.01).abs() < 0.001, "{}", n.run_spread);
+        assert_eq!(n.run_spread_df, Some(5.0));
+        assert!((n.run_spread - 0.0241).abs() < 0.001, "{}", n.run_spread);
+        // Many steady runs: the measurement wins.
+        let steady: Vec<f64> = (0..40)
+            .map(|i| 1_000_000.0 * (1.0 + if i % 2 == 0 { 0.01 } else { -0.01 }))
+            .collect();
+        let many = runs(&steady, &[]);
+        let n = Noise::measure([&many, &many], 0.05);
+        assert!(n.run_spread < 0.0125, "{}", n.run_spread);
     }
 
     #[test]
