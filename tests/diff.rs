@@ -353,7 +353,7 @@ fn gate(
 }
 
 /// The thresholds the README's CI example uses.
-const README_GATE: [&str; 4] = ["--fail-time-above", "5", "--fail-above", "1"];
+const README_GATE: [&str; 4] = ["--fail-time-above", "5", "--fail-above", "2"];
 
 fn interval(v: &serde_json::Value) -> (f64, f64, f64) {
     (pct(&v["estimate"]), pct(&v["low"]), pct(&v["high"]))
