@@ -137,32 +137,23 @@ impl<W: io::Write> State<W> {
             .count()
             >= DEFERRED_CAP;
         let Some(d) = &mut self.deferred else { return };
-        let Some(w) = d.waiting.remove(&cookie) else {
-            // Its samples are in a ring not read yet, or were lost.
-            let round = d.round;
-            let claimed = false;
-            d.early.insert(
-                cookie,
-                Early {
-                    user,
-                    cut,
-                    round,
-                    claimed,
-                },
-            );
-            return;
-        };
-        d.waiting_samples -= w.samples.len();
-        d.stats.stitched += w.samples.len() as u64;
-        self.cut_at_cap += u64::from(cut) * w.samples.len() as u64;
-        // Samples of later rounds may still name this cookie.
         let round = d.round;
-        for mut raw in w.samples {
-            raw.user.extend_from_slice(&user);
-            self.finish_raw(raw);
+        // Absent: its samples are in a ring not read yet, or were lost.
+        let waiting = d.waiting.remove(&cookie);
+        if let Some(w) = &waiting {
+            d.waiting_samples -= w.samples.len();
+            d.stats.stitched += w.samples.len() as u64;
         }
+        let claimed = waiting.is_some();
+        if let Some(w) = waiting {
+            self.cut_at_cap += u64::from(cut) * w.samples.len() as u64;
+            for mut raw in w.samples {
+                raw.user.extend_from_slice(&user);
+                self.finish_raw(raw);
+            }
+        }
+        // Kept either way: samples of later rounds may still name this cookie.
         if let Some(d) = &mut self.deferred {
-            let claimed = true;
             d.early.insert(
                 cookie,
                 Early {

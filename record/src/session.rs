@@ -342,15 +342,14 @@ impl Session {
                 cfg.exclude_kernel = true;
                 let events = open_events(&cfg, &tasks, pages)?;
                 warnings.push(format!(
-                "kernel sampling is not allowed (kernel.perf_event_paranoid is {}); recording user stacks only, as with --no-kernel",
-                read_trimmed("/proc/sys/kernel/perf_event_paranoid")
-            ));
+                    "kernel sampling is not allowed (kernel.perf_event_paranoid is {}); recording user stacks only, as with --no-kernel",
+                    read_trimmed("/proc/sys/kernel/perf_event_paranoid")
+                ));
                 events
             }
             other => other?,
         };
-        let events = events;
-        let events_len = events.len();
+        let scratch = vec![Vec::new(); events.len()];
         warnings.extend(max_stack.as_ref().and_then(|m| m.note.clone()));
 
         let signals = Signals::register()?;
@@ -440,7 +439,7 @@ impl Session {
             signals,
             started,
             pid,
-            scratch: vec![Vec::new(); events_len],
+            scratch,
         })
     }
 
