@@ -82,11 +82,12 @@ impl<F: FnMut(u64) -> Result<u64, ()>> Walk<'_, F> {
 
     /// The frame at `address` needs the frame pointer: tries the frame
     /// records above its stack pointer and keeps the best walk: one that
-    /// reaches the thread's entry (a stale record whose saved frame pointer
-    /// is 0 ends at once, short of it), then the one that gets furthest up
-    /// the stack, then the one with the most frames (a record further up
-    /// skips the frames in between), then the highest record (lower ones
-    /// are stale records of earlier calls, left in the frame's locals).
+    /// ends where unwinding ends (the thread's entry), then the one with the
+    /// most frames (a record further up skips the frames in between; a
+    /// stale record, left in some frame's locals by an earlier call or lying
+    /// past the stack's end in a copy that ran over, ends after a frame or
+    /// two), then the one that gets furthest up the stack, then the highest
+    /// record (lower ones are stale records of earlier calls).
     /// Records a lower record's saved frame pointer points at are frames
     /// further up and are not tried.
     fn guess(
@@ -157,11 +158,11 @@ struct Tried {
 
 impl Tried {
     /// Higher is better; see [`Walk::guess`].
-    fn rank(&self) -> (bool, u64, usize, u64) {
+    fn rank(&self) -> (bool, usize, u64, u64) {
         (
             self.outcome == Outcome::Complete,
-            self.top,
             self.frames.len(),
+            self.top,
             self.bp,
         )
     }
@@ -243,6 +244,9 @@ mod tests {
         for (start, end, off, path) in &maps {
             u.add_mapping(me, *start, *end, *off, path, &[]);
         }
+        // 64 KiB from sp, as a perf sample copies: it may run past the
+        // thread's stack into the next mapping (often a malloc arena, whose
+        // words can look like frame records); the guess must not take those.
         let mut stack = vec![0u8; 64 << 10];
         let mem = std::fs::File::open("/proc/self/mem").unwrap();
         let n = mem.read_at(&mut stack, sp).unwrap();
