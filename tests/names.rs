@@ -1,15 +1,16 @@
 //! Names travel with the recording: a program compiled here (C with inlined
 //! functions) is recorded, then deleted along with the symbol cache, and its
-//! recordings still fold and diff to the same names.
+//! recordings still fold and diff to the same names — also when it is
+//! deleted while it runs, since names are looked up while recording.
 //!
 //! Tests that record need perf_event_open. Where it is denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{flamerec, stderr, tmp};
+use crate::common::{descendant, flamerec, stderr, tmp, wait_for};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>
@@ -83,6 +84,20 @@ fn record(home: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Outpu
         "record: {err}"
     );
     Some(o)
+}
+
+/// Starts recording `bin N` into `out`, stderr piped.
+fn start_recording(home: &Path, out: &Path, bin: &Path, n: &str) -> Child {
+    flamerec_at(home)
+        .args(["record", "-q", "-o"])
+        .arg(out)
+        .arg("--")
+        .arg(bin)
+        .arg(n)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start flamerec record")
 }
 
 fn fold(home: &Path, path: &Path, extra: &[&str]) -> (String, String) {
@@ -161,6 +176,70 @@ fn a_recording_folds_to_the_same_names_after_its_binary_and_cache_are_gone() {
     assert!(warnings.contains("missing"), "{warnings}");
 }
 
+/// The GNU build id of `bin`, in hex, as `readelf -n` prints it.
+fn build_id(bin: &Path) -> String {
+    let o = Command::new("readelf")
+        .arg("-n")
+        .arg(bin)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("this test reads build ids with readelf (binutils), which is missing: {e}")
+        });
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build id in {}: {text}", bin.display()))
+        .to_string()
+}
+
+#[test]
+fn names_are_embedded_while_recording_so_a_program_deleted_midway_keeps_them() {
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let bin = compile(dir.path(), "names-gone");
+    let cache_file = home
+        .join(".cache/flamerec/symbols-v3")
+        .join(format!("{}.sym", build_id(&bin)));
+    let out = dir.path().join("gone.frec");
+    // The program runs until it is killed below.
+    let mut rec = start_recording(&home, &out, &bin, "1000000000000");
+    // The recorder hands new frames to its naming threads every 250 ms, and
+    // a binary's thread writes the symbol cache as soon as it has read it:
+    // no fixed wait, so a busy machine only makes it slower.
+    wait_for("the recorder to name the running program's frames", || {
+        cache_file.exists() || rec.try_wait().ok().flatten().is_some()
+    });
+    if !cache_file.exists() {
+        let o = rec.wait_with_output().expect("wait for flamerec record");
+        let err = stderr(&o);
+        if err.contains("perf_event_open")
+            && std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
+        {
+            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
+            return;
+        }
+        panic!("the recorder ended before it named the program's frames: {err}");
+    }
+    std::fs::remove_file(&bin).expect("delete the running program");
+    std::fs::remove_dir_all(&home).expect("empty the symbol cache");
+    let prog = descendant(rec.id(), "names-gone").expect("the program still runs");
+    let killed = Command::new("kill")
+        .arg(prog.to_string())
+        .status()
+        .expect("run kill");
+    assert!(killed.success(), "kill {prog}");
+    let o = rec.wait_with_output().expect("wait for flamerec record");
+    let err = stderr(&o);
+    assert!(!err.contains("missing"), "{err}");
+    assert_eq!(info_symbols(&home, &out), "embedded", "{err}");
+    let (folded, warnings) = fold(&home, &out, &[]);
+    assert!(
+        folded.contains(";names_leaf;names_middle;names_inner "),
+        "names of the deleted program, inlined frames expanded:\n{folded}"
+    );
+    assert!(!warnings.contains("missing"), "{warnings}");
+}
+
 #[test]
 fn a_diff_of_embedded_recordings_is_the_same_after_the_binaries_are_gone() {
     let dir = tmp();
@@ -198,15 +277,7 @@ fn a_recorder_killed_midway_leaves_a_file_that_folds_with_names_from_the_binarie
     let home = dir.path().join("home");
     let bin = compile(dir.path(), "names-killed");
     let out = dir.path().join("k.frec");
-    let mut child = flamerec_at(&home)
-        .args(["record", "-q", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&bin)
-        .arg("3000000")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start flamerec record");
+    let mut child = start_recording(&home, &out, &bin, "3000000");
     // Chunks reach the file at least once a second: wait for a few.
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::fs::metadata(&out).map_or(0, |m| m.len()) < 2000 {

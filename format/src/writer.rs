@@ -35,6 +35,9 @@ pub struct Writer<W: Write> {
     strings: HashMap<String, StringId>,
     modules: HashMap<Module, ModuleId>,
     frames: HashMap<Frame, FrameId>,
+    /// The same, by id (for readers of the tables while recording).
+    module_list: Vec<Module>,
+    frame_list: Vec<Frame>,
     nodes: HashMap<(StackId, FrameId), StackId>,
     next_node: StackId,
     /// Frames some node references: ids below this.
@@ -85,6 +88,8 @@ impl<W: Write> Writer<W> {
             strings: HashMap::new(),
             modules: HashMap::new(),
             frames: HashMap::new(),
+            module_list: Vec::new(),
+            frame_list: Vec::new(),
             nodes: HashMap::new(),
             next_node: 1,
             referenced_frames: 0,
@@ -127,6 +132,7 @@ impl<W: Write> Writer<W> {
         put_u64(&mut self.new_modules, u64::from(path));
         put_bytes(&mut self.new_modules, &m.build_id);
         self.modules.insert(m.clone(), id);
+        self.module_list.push(m.clone());
         id
     }
 
@@ -138,6 +144,7 @@ impl<W: Write> Writer<W> {
         let id = self.frames.len() as FrameId;
         self.new_frames.push(f);
         self.frames.insert(f, id);
+        self.frame_list.push(f);
         id
     }
 
@@ -256,20 +263,14 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
-    /// The modules and frames interned so far, indexed by their ids.
-    pub fn tables(&self) -> (Vec<Module>, Vec<Frame>) {
-        let mut modules = vec![None; self.modules.len()];
-        for (m, &id) in &self.modules {
-            modules[id as usize] = Some(m.clone());
-        }
-        let mut frames = vec![None; self.frames.len()];
-        for (&f, &id) in &self.frames {
-            frames[id as usize] = Some(f);
-        }
-        (
-            modules.into_iter().flatten().collect(),
-            frames.into_iter().flatten().collect(),
-        )
+    /// The modules interned since the first `from` (their ids follow on from it).
+    pub fn modules_from(&self, from: usize) -> &[Module] {
+        self.module_list.get(from..).unwrap_or_default()
+    }
+
+    /// The frames interned since the first `from` (their ids follow on from it).
+    pub fn frames_from(&self, from: usize) -> &[Frame] {
+        self.frame_list.get(from..).unwrap_or_default()
     }
 
     /// Writes the trailer and returns the output. `totals.samples` and

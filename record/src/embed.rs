@@ -1,61 +1,169 @@
-//! Names travel with the recording: at the end, every distinct user frame
-//! the recording holds (each one a sampled address) is looked up in the
+//! Names travel with the recording: every distinct user frame (a sampled
+//! address) is named while the recording runs, on threads at the lowest
+//! priority that take the frames new since their last batch, from the
 //! binaries the recorder saw — with their separate debug files and the
-//! symbol cache `fold` uses — and the names are appended after the trailer.
+//! symbol cache `fold` uses ([`flamerec_symbolize::Namer`]). At the end only
+//! the frames of the last batch are left; the names follow the trailer.
 //!
-//! Binaries that vanished, cannot be read or changed since they were mapped
-//! (build id mismatch) are left out: `fold` looks their frames up itself
-//! (and says so when it cannot), and one warning here gives the count.
+//! Binaries that vanished before they were read, cannot be read or changed
+//! since they were mapped (build id mismatch) are left out: `fold` looks
+//! their frames up itself (and says so when it cannot), and one warning here
+//! gives the count.
 
 use std::io::Write;
-use std::time::Instant;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use flamerec_format::{write_names, FormatError, Frame, Module, Tables};
-use flamerec_symbolize::{embed, NameOptions};
+use flamerec_format::{write_names, FormatError, Frame, FrameId, Module, Writer};
+use flamerec_symbolize::{Embedding, NameOptions, Namer};
 
-use crate::{EmbedOptions, NamesSummary};
+use crate::{sys, EmbedOptions, NamesSummary};
 
-/// Looks up the names of `frames` (all of a recording's frames, by id).
+/// How often the frames new since the last batch are handed to the namer.
+const BATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// Modules and frames new since the last batch (frame ids follow on).
+struct Batch {
+    modules: Vec<Module>,
+    first: FrameId,
+    frames: Vec<Frame>,
+}
+
+/// The naming thread, fed by the draining loop.
+pub(crate) struct Names {
+    /// The naming threads run at the lowest priority.
+    lowered: bool,
+    batches: Sender<Batch>,
+    thread: JoinHandle<Embedding>,
+    modules_sent: usize,
+    frames_sent: usize,
+    last_batch: Instant,
+}
+
+impl Names {
+    /// Starts the naming thread; as root at the lowest priority (raised
+    /// back when the command has ended and the user waits for the names).
+    pub(crate) fn start(opts: &EmbedOptions) -> std::io::Result<Self> {
+        let lower = sys::is_root();
+        let names = NameOptions {
+            inline: true,
+            cache_dir: opts.cache_dir.clone(),
+            debug_dirs: opts.debug_dirs.clone(),
+            ..Default::default()
+        };
+        let (batches, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("flamerec-names".into())
+            .spawn(move || name_batches(&names, &rx, lower))?;
+        Ok(Names {
+            lowered: lower,
+            batches,
+            thread,
+            modules_sent: 0,
+            frames_sent: 0,
+            last_batch: Instant::now(),
+        })
+    }
+
+    /// Hands the frames new in `writer` to the namer, at most every
+    /// [`BATCH_EVERY`].
+    pub(crate) fn offer<W: Write>(&mut self, writer: &Writer<W>) {
+        if self.last_batch.elapsed() >= BATCH_EVERY {
+            self.last_batch = Instant::now();
+            self.send(writer);
+        }
+    }
+
+    fn send<W: Write>(&mut self, writer: &Writer<W>) {
+        let frames = writer.frames_from(self.frames_sent);
+        if frames.is_empty() {
+            return;
+        }
+        let modules = writer.modules_from(self.modules_sent);
+        let batch = Batch {
+            modules: modules.to_vec(),
+            first: self.frames_sent as FrameId,
+            frames: frames.to_vec(),
+        };
+        self.modules_sent += modules.len();
+        self.frames_sent += frames.len();
+        // A namer that is gone (it panicked) is noticed at the end.
+        let _ = self.batches.send(batch);
+    }
+
+    /// Hands over the last frames (the command has ended); their names
+    /// are looked up while the caller writes the trailer.
+    pub(crate) fn last_batch<W: Write>(mut self, writer: &Writer<W>) -> Pending {
+        let started = Instant::now();
+        if self.lowered {
+            sys::restore_namer_priority();
+        }
+        self.send(writer);
+        drop(self.batches);
+        Pending {
+            thread: self.thread,
+            started,
+        }
+    }
+}
+
+/// The naming thread at work on the last batch.
+pub(crate) struct Pending {
+    thread: JoinHandle<Embedding>,
+    started: Instant,
+}
+
+impl Pending {
+    /// Waits for the names; `None` when the naming thread failed.
+    pub(crate) fn wait(self) -> Option<Lookup> {
+        let e = self.thread.join().ok()?;
+        let mut warnings = e.warnings;
+        if e.unusable_modules > 0 {
+            let s = if e.unusable_modules == 1 { "y" } else { "ies" };
+            warnings.push(format!(
+                "{} binar{s} missing, unreadable or changed since they were mapped: the names of their {} frames are not embedded (fold looks them up where the binaries are)",
+                e.unusable_modules, e.unusable_frames
+            ));
+        }
+        Some(Lookup {
+            summary: NamesSummary {
+                frames: e.names.len() as u64,
+                left_out: e.unusable_frames as u64,
+                elapsed: Default::default(),
+            },
+            names: e.names,
+            warnings,
+            started: self.started,
+        })
+    }
+}
+
+/// The naming thread: each round takes every batch waiting (one lookup per
+/// binary for all of them) until the draining loop hangs up.
+fn name_batches(opts: &NameOptions, rx: &Receiver<Batch>, lower: bool) -> Embedding {
+    if lower {
+        // Failing to lower it leaves it where it is: still correct.
+        let _ = sys::lower_namer_priority();
+    }
+    let mut namer = Namer::new(opts);
+    while let Ok(mut batch) = rx.recv() {
+        while let Ok(more) = rx.try_recv() {
+            batch.modules.extend(more.modules);
+            batch.frames.extend(more.frames);
+        }
+        namer.add(&batch.modules, batch.first, &batch.frames);
+    }
+    namer.finish()
+}
+
+/// The names of a recording's frames, ready to write.
 pub(crate) struct Lookup {
     names: Vec<(u32, Vec<String>)>,
     summary: NamesSummary,
     warnings: Vec<String>,
+    /// When the last batch was handed over (the command had ended).
     started: Instant,
-}
-
-/// Looks up the names of the frames of `modules`; the work runs on the
-/// calling thread (and rayon's pool).
-pub(crate) fn lookup(opts: &EmbedOptions, modules: Vec<Module>, frames: Vec<Frame>) -> Lookup {
-    let started = Instant::now();
-    let mut tables = Tables::default();
-    tables.modules = modules;
-    tables.frames = frames;
-    let used: Vec<u32> = (0..tables.frames.len() as u32).collect();
-    let names = NameOptions {
-        inline: true,
-        cache_dir: opts.cache_dir.clone(),
-        debug_dirs: opts.debug_dirs.clone(),
-        ..Default::default()
-    };
-    let e = embed(&tables, &used, &names);
-    let mut warnings = e.warnings;
-    if e.unusable_modules > 0 {
-        let s = if e.unusable_modules == 1 { "y" } else { "ies" };
-        warnings.push(format!(
-            "{} binar{s} missing, unreadable or changed since they were mapped: the names of their {} frames are not embedded (fold looks them up where the binaries are)",
-            e.unusable_modules, e.unusable_frames
-        ));
-    }
-    Lookup {
-        summary: NamesSummary {
-            frames: e.names.len() as u64,
-            left_out: e.unusable_frames as u64,
-            elapsed: Default::default(),
-        },
-        names: e.names,
-        warnings,
-        started,
-    }
 }
 
 impl Lookup {

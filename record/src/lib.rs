@@ -5,9 +5,9 @@
 //!
 //! All unsafe code lives in [`sys`]; everything else works on bytes read in
 //! place from the ring buffers or copied out of them. Samples are stored as
-//! (module, offset) frames, never names; at the end of a recording `embed`
-//! names the distinct frames with `flamerec-symbolize` and stores the names
-//! in the file (unless `--no-embed-symbols`), so `fold` needs no binaries.
+//! (module, offset) frames, never names; while recording, `embed` names the
+//! distinct frames with `flamerec-symbolize` as they appear and at the end
+//! stores the names in the file (unless `--no-embed-symbols`), so `fold` needs no binaries.
 
 // Unsafe code is confined to `sys`: everything else is checked.
 #![deny(unsafe_code)]
@@ -121,12 +121,12 @@ pub struct RecordOptions {
     pub mmap_pages: Option<usize>,
     /// Bytes of user stack copied per sample in dwarf mode.
     pub stack_size: u32,
-    /// Resolve sampled user addresses to names at the end and store them in
-    /// the file (`None`: leave them to `fold`).
+    /// Resolve sampled user addresses to names while recording and store
+    /// them in the file (`None`: leave them to `fold`).
     pub embed_names: Option<EmbedOptions>,
 }
 
-/// Where the names embedded at the end of recording come from.
+/// Where the names embedded in a recording come from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EmbedOptions {
     /// The per-binary symbol cache (shared with `fold`), if any.
@@ -212,18 +212,19 @@ pub struct RecordSummary {
     pub stopped_by: Option<i32>,
     /// Warnings to show the user.
     pub warnings: Vec<String>,
-    /// Names embedded at the end, when asked for.
+    /// Names embedded, when asked for.
     pub names: Option<NamesSummary>,
 }
 
-/// What embedding names at the end of recording did.
+/// What embedding names did.
 #[derive(Debug, Clone, Default)]
 pub struct NamesSummary {
     /// Frames whose names were stored.
     pub frames: u64,
     /// Frames left for `fold` to name (their binary was unusable).
     pub left_out: u64,
-    /// How long looking them up and writing them took.
+    /// How long naming the last frames and writing the names took, from
+    /// the end of the command (or of sampling) on.
     pub elapsed: Duration,
 }
 

@@ -15,6 +15,7 @@ use flamerec_format::{Metadata, Totals, Writer};
 
 use crate::defer::Deferred;
 use crate::depth::MaxStack;
+use crate::embed::{Names, Pending};
 use crate::launch::{c_strings, find_program};
 use crate::rings::{self, read_trimmed};
 use crate::state::{Event, State};
@@ -203,6 +204,8 @@ struct Session {
     pid: Option<i32>,
     /// One buffer per ring for a record its wrap cuts in two.
     scratch: Vec<Vec<u8>>,
+    /// Names frames while recording, when names are embedded.
+    names: Option<Names>,
 }
 
 /// How the loop ended.
@@ -431,6 +434,13 @@ impl Session {
                 None
             }
         };
+        let names = match &opts.embed_names {
+            Some(e) => Some(Names::start(e).map_err(|e| RecordError::Sys {
+                what: "starting the thread that names frames".into(),
+                source: e,
+            })?),
+            None => None,
+        };
         Ok(Session {
             st,
             events,
@@ -440,6 +450,7 @@ impl Session {
             started,
             pid,
             scratch,
+            names,
         })
     }
 
@@ -458,6 +469,7 @@ impl Session {
             started,
             pid,
             scratch,
+            names,
             ..
         } = self;
         let pid = *pid;
@@ -489,6 +501,9 @@ impl Session {
             let mut sink = [0u8; 64];
             while matches!((&sig.wake).read(&mut sink), Ok(n) if n > 0) {}
             st.drain(events, scratch);
+            if let Some(n) = names {
+                n.offer(&st.writer);
+            }
             if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
                 st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
             }
@@ -566,6 +581,7 @@ impl Session {
             started,
             pid,
             mut scratch,
+            names,
         } = self;
         let Ended {
             mut exit,
@@ -622,16 +638,13 @@ impl Session {
                 st.throttles
             ));
         }
-        // Names are looked up while the trailer is written, then follow it.
-        let lookup = opts.embed_names.as_ref().map(|e| {
-            let (modules, frames) = st.writer.tables();
-            let e = e.clone();
-            std::thread::spawn(move || crate::embed::lookup(&e, modules, frames))
-        });
+        // The last frames are named while the trailer is written; the
+        // names follow it.
+        let pending = names.map(|n| n.last_batch(&st.writer));
         let mut out = st.writer.finish(totals).map_err(out_err)?;
-        let names = match lookup.map(|h| h.join()) {
-            Some(Ok(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
-            Some(Err(_)) => {
+        let names = match pending.map(Pending::wait) {
+            Some(Some(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
+            Some(None) => {
                 warnings
                     .push("looking up names to embed failed; fold will read the binaries".into());
                 None

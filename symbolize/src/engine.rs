@@ -1,5 +1,4 @@
-//! The engine behind [`symbolize`](crate::symbolize) and
-//! [`embed`](crate::embed): groups frames by module, runs each module's
+//! The engine behind [`symbolize`](crate::symbolize): groups frames by module, runs each module's
 //! resolver in parallel (biggest binaries first), and interns the
 //! module-local names into one function table. File modules are `files`';
 //! kernel, JIT and unnamed frames are resolved here.
@@ -20,7 +19,7 @@ use crate::jit::JitMaps;
 use crate::kernel::{self, KernelTable};
 use crate::names::{basename, sanitize, unresolved};
 use crate::types::Unusable;
-use crate::{Embedded, Embedding, FuncId, Function, NameOptions, Symbols};
+use crate::{Embedded, FuncId, Function, NameOptions, Symbols};
 
 /// What one module's symbolization produced, with module-local function ids.
 pub(crate) struct ModuleOutcome {
@@ -48,50 +47,6 @@ pub fn symbolize(
     if let Some(e) = cache_error {
         out.warnings.push(e);
     }
-    out
-}
-
-/// Looks up the names of the `used` frames of file modules for embedding
-/// in a recording (always with inlined frames: `opts.inline` is ignored).
-pub fn embed(tables: &Tables, used: &[FrameId], opts: &NameOptions) -> Embedding {
-    let opts = NameOptions {
-        inline: true,
-        ..opts.clone()
-    };
-    let file_frames: Vec<FrameId> = used
-        .iter()
-        .copied()
-        .filter(|&id| {
-            tables
-                .frames
-                .get(id as usize)
-                .and_then(|f| tables.modules.get(f.module as usize))
-                .is_some_and(|m| m.kind == ModuleKind::File)
-        })
-        .collect();
-    let prefetch = Prefetch::default();
-    let (outcomes, cache_error) = per_module(
-        tables,
-        &file_frames,
-        &opts,
-        &prefetch,
-        None,
-        |m, frames, ctx| {
-            let module = tables.modules.get(m as usize)?;
-            Some((frames.len(), files::embed_frames(module, frames, ctx)))
-        },
-    );
-    let mut out = Embedding::default();
-    for (n, names) in outcomes.into_iter().flatten() {
-        match names {
-            Some(names) => out.names.extend(names),
-            None => {
-                out.unusable_modules += 1;
-                out.unusable_frames += n;
-            }
-        }
-    }
-    out.warnings.extend(cache_error);
     out
 }
 

@@ -11,7 +11,8 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use symbolic_debuginfo::elf::ElfObject;
 
-use crate::cache::AddressTable;
+use crate::cache::{AddressTable, SymbolCache};
+use crate::elf::sections::Reader;
 use crate::elf::{self, debugfile};
 use crate::engine::{Context, LocalNames, ModuleOutcome};
 use crate::names::{sanitize, sanitized, unresolved};
@@ -123,62 +124,11 @@ pub(crate) fn file_frames(
     }
 }
 
-/// The names to embed for the frames of file module `m`: per frame, the
-/// demangled chain (outermost first, inlined after; empty where the binary
-/// knows no name), or `None` for all of them when the binary is unusable
-/// (missing, unreadable, another build), whose names then stay for `fold`
-/// to look up.
-pub(crate) fn embed_frames(
-    m: &Module,
-    frames: &[(FrameId, u64)],
-    ctx: &Context<'_>,
-) -> Option<Vec<(FrameId, Vec<String>)>> {
-    let mut offsets: Vec<u64> = frames.iter().map(|&(_, off)| off).collect();
-    offsets.dedup();
-    let (table, unusable) = names_of(m, &offsets, ctx);
-    if unusable.is_some() {
-        return None;
-    }
-    let mut wanted: Vec<&RawName> = table.entries.values().flatten().collect();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let demangled: HashMap<&RawName, String> = wanted
-        .par_iter()
-        .map(|&raw| (raw, raw.demangle()))
-        .collect();
-    Some(
-        frames
-            .iter()
-            .map(|&(frame, addr)| {
-                let chain = table
-                    .entries
-                    .get(&addr)
-                    .map(|names| {
-                        names
-                            .iter()
-                            .filter_map(|r| demangled.get(r).cloned())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                (frame, chain)
-            })
-            .collect(),
-    )
-}
-
 /// The names of `offsets` of module `m`: the cached table, completed from
 /// the binary for the offsets it lacks (and then cached again).
 fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Option<Unusable>) {
     let dirs = &ctx.opts.debug_dirs;
-    let cached = ctx.cache.as_ref().and_then(|c| c.load(&m.build_id));
-    // A debug file installed since the entry was made is worth a fresh look
-    // (unless inlined frames are not wanted: the table then has what we need).
-    let inline = ctx.opts.inline;
-    let mut table = cached
-        .filter(|t| {
-            !inline || t.has_dwarf || (!t.dwarf_skipped && !debug_file_installed(dirs, &m.build_id))
-        })
-        .unwrap_or_default();
+    let mut table = cached_table(ctx.cache.as_ref(), m, dirs, ctx.opts.inline);
     let missing: Vec<u64> = offsets
         .iter()
         .filter(|o| !table.entries.contains_key(o))
@@ -189,18 +139,66 @@ fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Op
     }
     // Without inlined frames the symbol table names the outer functions;
     // DWARF is only parsed to extend a table that already has it.
-    let want_dwarf = inline || table.has_dwarf;
-    if let Err(why) = from_binary(ctx, m, dirs, want_dwarf, &mut table, offsets, missing) {
+    let want_dwarf = ctx.opts.inline || table.has_dwarf;
+    let prefetch = |path: &Path| ctx.prefetch.take(path);
+    let looked_up = with_binary(m, dirs, want_dwarf, prefetch, |binary| {
+        let missing = if restarts(&table, binary, want_dwarf) {
+            table = fresh_table(binary, want_dwarf);
+            offsets.to_vec()
+        } else {
+            missing
+        };
+        let found = binary.lookup_all(&missing);
+        table.entries.extend(missing.into_iter().zip(found));
+    });
+    if let Err(why) = looked_up {
         return (table, Some(why));
     }
     if let Some(cache) = &ctx.cache {
         if let Err(e) = cache.store(&m.build_id, &table) {
             if let Ok(mut slot) = ctx.cache_error.lock() {
-                slot.get_or_insert_with(|| format!("cannot write the symbol cache: {e}"));
+                slot.get_or_insert_with(|| cache_write_failed(&e));
             }
         }
     }
     (table, None)
+}
+
+/// The one warning about a cache that could not be written.
+pub(crate) fn cache_write_failed(e: &std::io::Error) -> String {
+    format!("cannot write the symbol cache: {e}")
+}
+
+/// The cached names of module `m`'s addresses, or an empty table. A debug
+/// file installed since the entry was made is worth a fresh look (unless
+/// inlined frames are not wanted: the table then has what we need).
+pub(crate) fn cached_table(
+    cache: Option<&SymbolCache>,
+    m: &Module,
+    dirs: &[PathBuf],
+    inline: bool,
+) -> AddressTable {
+    cache
+        .and_then(|c| c.load(&m.build_id))
+        .filter(|t| {
+            !inline || t.has_dwarf || (!t.dwarf_skipped && !debug_file_installed(dirs, &m.build_id))
+        })
+        .unwrap_or_default()
+}
+
+/// An empty table for the names `binary` gives.
+pub(crate) fn fresh_table(binary: &Binary<'_, '_>, want_dwarf: bool) -> AddressTable {
+    AddressTable {
+        has_dwarf: binary.has_dwarf(),
+        dwarf_skipped: !want_dwarf,
+        entries: HashMap::new(),
+    }
+}
+
+/// Whether the binary's names come from another source than the table's
+/// (DWARF appeared or went away), so the table must start over.
+pub(crate) fn restarts(table: &AddressTable, binary: &Binary<'_, '_>, want_dwarf: bool) -> bool {
+    binary.has_dwarf() != table.has_dwarf || table.dwarf_skipped == want_dwarf
 }
 
 fn debug_file_installed(dirs: &[PathBuf], build_id: &[u8]) -> bool {
@@ -208,18 +206,16 @@ fn debug_file_installed(dirs: &[PathBuf], build_id: &[u8]) -> bool {
         .any(|d| debugfile::build_id_path(d, build_id).is_some_and(|p| p.is_file()))
 }
 
-/// Looks `missing` up in the binary of `m` and adds them to `table`; when
-/// the binary's names come from another source than the table's (DWARF
-/// appeared or went away), the table starts over with all of `offsets`.
-fn from_binary(
-    ctx: &Context<'_>,
+/// Opens the binary of `m` (checked against its recorded build id, with a
+/// separate debug file from `dirs` when it has no DWARF itself, its DWARF
+/// maybe inflated ahead by `prefetch`) and runs `f` on it.
+pub(crate) fn with_binary<R>(
     m: &Module,
     dirs: &[PathBuf],
     want_dwarf: bool,
-    table: &mut AddressTable,
-    offsets: &[u64],
-    mut missing: Vec<u64>,
-) -> Result<(), Unusable> {
+    prefetch: impl FnOnce(&Path) -> Option<Reader<'static>>,
+    f: impl FnOnce(&Binary<'_, '_>) -> R,
+) -> Result<R, Unusable> {
     let path = Path::new(&m.path);
     let bin = elf::read_elf(path)?;
     let obj = ElfObject::parse(&bin.data).map_err(|_| Unusable::NotElf)?;
@@ -246,17 +242,7 @@ fn from_binary(
         (&obj, bin.dwarf_on_disk.clone()),
         debug_obj.as_ref().map(|(o, f)| (o, f.clone())),
         want_dwarf,
-        debug_file.as_ref().and_then(|d| ctx.prefetch.take(&d.path)),
+        debug_file.as_ref().and_then(|d| prefetch(&d.path)),
     )?;
-    if binary.has_dwarf() != table.has_dwarf || table.dwarf_skipped == want_dwarf {
-        *table = AddressTable {
-            has_dwarf: binary.has_dwarf(),
-            dwarf_skipped: !want_dwarf,
-            entries: HashMap::new(),
-        };
-        missing = offsets.to_vec();
-    }
-    let found = binary.lookup_all(&missing);
-    table.entries.extend(missing.into_iter().zip(found));
-    Ok(())
+    Ok(f(&binary))
 }

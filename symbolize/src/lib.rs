@@ -15,6 +15,8 @@
 //!
 //! The house, in the shape of blazesym's: this file is the face (the types
 //! callers see and the two entry points); `engine` runs the per-module work;
+//! `resident` names a recording's frames while it grows (the recorder's
+//! embedding), each binary kept open between batches on a thread of its own;
 //! one folder per source — `elf/` (files, symbol tables, PLT stubs,
 //! sections, separate debug files), `dwarf/` (inlined frames, inflating
 //! ahead), `kernel/` (kallsyms, recorded kernel symbols), `cache/` (the
@@ -36,6 +38,7 @@ mod kernel;
 // How frames of each kind become names; value types shared by all.
 mod engine;
 mod files;
+mod resident;
 mod symdata;
 mod types;
 // The crate's one unsafe module: maps files.
@@ -53,8 +56,9 @@ use flamerec_format::FrameId;
 pub use cache::{default_dir as default_cache_dir, SymbolCache};
 pub use dwarf::Prefetch;
 pub use elf::debugfile::DEFAULT_DEBUG_DIR;
-pub use engine::{embed, symbolize};
+pub use engine::symbolize;
 pub use kernel::kallsyms;
+pub use resident::Namer;
 
 /// Index into [`Symbols::functions`].
 pub type FuncId = u32;
@@ -100,9 +104,9 @@ pub struct Symbols {
 /// Names a recording carries for its frames (see `flamerec_format::EmbeddedNames`).
 pub type Embedded = HashMap<FrameId, Vec<Arc<str>>>;
 
-/// The names a recorder embeds: for the `used` frames of file modules, the
-/// demangled names (outermost first, inlined after) as `symbolize` would
-/// find them with inlined frames, unspelled.
+/// The names a recorder embeds ([`Namer`]): for the frames of file
+/// modules, the demangled names (outermost first, inlined after) as
+/// `symbolize` would find them with inlined frames, unspelled.
 #[derive(Debug, Default)]
 pub struct Embedding {
     /// Per frame of a usable binary: its names (empty where it has none).

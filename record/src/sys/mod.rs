@@ -10,4 +10,4 @@ mod priority;
 
 pub use flamerec_perf::sys::*;
 pub use launch::{kill, wait_nohang, SuspendedChild, WaitStatus};
-pub use priority::raise_recorder_priority;
+pub use priority::{lower_namer_priority, raise_recorder_priority, restore_namer_priority};
