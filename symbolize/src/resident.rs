@@ -232,6 +232,7 @@ fn serve(
             if restarts(&table, binary, true) {
                 table = fresh_table(binary, true);
             }
+            binary.index_symbols();
             for frames in std::iter::once(first_miss).chain(batches.by_ref()) {
                 let mut missing: Vec<u64> = frames
                     .iter()

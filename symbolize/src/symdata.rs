@@ -8,7 +8,7 @@
 //! A [`Binary`] is shared by the threads that look up its addresses.
 
 use std::fs::File;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use symbolic_common::Language;
 use symbolic_debuginfo::elf::ElfObject;
@@ -16,7 +16,7 @@ use symbolic_debuginfo::elf::ElfObject;
 use crate::dwarf::DwarfFile;
 use crate::elf::plt::{StubName, Stubs};
 use crate::elf::sections::Reader;
-use crate::elf::symtab::function_names;
+use crate::elf::symtab::{function_names, FunctionIndex};
 use crate::elf::{file_offset_to_vaddr, load_segments, Segment};
 use crate::types::{RawName, Unusable, PLT_SUFFIX};
 
@@ -30,6 +30,9 @@ pub(crate) struct Binary<'a, 'd> {
     /// Where the symbol table comes from (read at the first lookup, while
     /// DWARF inflates on another thread).
     symbol_source: &'a ElfObject<'d>,
+    /// The symbol table sorted, for a binary asked many times
+    /// ([`Binary::index_symbols`]); without it each lookup passes over it.
+    index: OnceLock<FunctionIndex<'d>>,
     dwarf: Option<DwarfFile<'d>>,
 }
 
@@ -55,10 +58,19 @@ impl<'a, 'd> Binary<'a, 'd> {
             image: binary,
             load_address: src.load_address(),
             symbol_source,
+            index: OnceLock::new(),
             dwarf: want_dwarf
                 .then(|| DwarfFile::new(src.data(), src_file, prefetched))
                 .flatten(),
         })
+    }
+
+    /// Sorts the symbol table once for the lookups to come: for a binary
+    /// kept open and asked again and again.
+    pub(crate) fn index_symbols(&self) {
+        let src = self.symbol_source;
+        self.index
+            .get_or_init(|| FunctionIndex::new(src.data(), src.load_address()));
     }
 
     /// Whether DWARF was found.
@@ -145,14 +157,17 @@ impl<'a, 'd> Binary<'a, 'd> {
             .iter()
             .map(|v| v.checked_sub(self.load_address).unwrap_or(u64::MAX))
             .collect();
-        function_names(src.data(), src.load_address(), &rels)
-            .into_iter()
-            .zip(vaddrs)
-            .map(|(name, &v)| {
-                let name = name.filter(|_| v >= self.load_address)?;
-                Some(RawName::new(name, Language::Unknown))
-            })
-            .collect()
+        match self.index.get() {
+            Some(index) => index.names(&rels),
+            None => function_names(src.data(), src.load_address(), &rels),
+        }
+        .into_iter()
+        .zip(vaddrs)
+        .map(|(name, &v)| {
+            let name = name.filter(|_| v >= self.load_address)?;
+            Some(RawName::new(name, Language::Unknown))
+        })
+        .collect()
     }
 }
 

@@ -12,14 +12,11 @@ use goblin::container::{Container, Ctx, Endian};
 use goblin::elf::{program_header::PT_LOAD, Elf, ProgramHeader, SectionHeader};
 
 /// Shared, immutable section bytes (cheap to hand to several processes).
-#[derive(Clone, Debug)]
-pub struct Bytes(pub Arc<[u8]>);
-
-impl Default for Bytes {
-    fn default() -> Self {
-        Bytes(Arc::from(Vec::new().into_boxed_slice()))
-    }
-}
+/// The vector read is shared as it is: an `Arc<[u8]>` would copy it (the
+/// `.eh_frame` of librustc_driver and libLLVM are megabytes, read once per
+/// recording).
+#[derive(Clone, Debug, Default)]
+pub struct Bytes(pub Arc<Vec<u8>>);
 
 impl std::ops::Deref for Bytes {
     type Target = [u8];
@@ -165,7 +162,7 @@ pub fn read_unwind_sections<S: Source + ?Sized>(src: &S) -> Option<UnwindSection
                 return None;
             }
             src.read(sh.sh_offset, sh.sh_size)
-                .map(|v| Bytes(Arc::from(v.into_boxed_slice())))
+                .map(|v| Bytes(Arc::new(v)))
         };
         match name_of(sh) {
             b".eh_frame" => out.eh_frame = data().map(|d| (range, d)),

@@ -54,9 +54,6 @@ pub(crate) fn function_names<'d>(
     rels: &[u64],
 ) -> Vec<Option<&'d str>> {
     let mut out = vec![None; rels.len()];
-    let Some((_, ctx, headers)) = elf_section_headers(data) else {
-        return out;
-    };
     let mut by_address: Vec<usize> = (0..rels.len()).collect();
     by_address.sort_unstable_by_key(|&i| rels[i]);
     let queries: Vec<u64> = by_address.iter().map(|&i| rels[i]).collect();
@@ -65,7 +62,45 @@ pub(crate) fn function_names<'d>(
     // below queries[j - 1] as well; the closest below queries[j] overall is
     // then the best of best[..=j].
     let mut best: Vec<Option<Candidate>> = vec![None; queries.len()];
+    let names = for_each_function(data, load_address, |c| {
+        let j = queries.partition_point(|&q| q < c.address);
+        if let Some(slot) = best.get_mut(j) {
+            if c.closer_than(slot.as_ref()) {
+                *slot = Some(c);
+            }
+        }
+    });
+
+    let mut floor: Option<Candidate> = None;
+    for ((&q, &i), b) in queries.iter().zip(&by_address).zip(&best) {
+        if let Some(b) = b {
+            if b.closer_than(floor.as_ref()) {
+                floor = Some(*b);
+            }
+        }
+        let Some(f) = &floor else { continue };
+        // Without a size it reaches to the next symbol: past it, that one
+        // would be the floor.
+        if f.size == 0 || q - f.address < f.size {
+            out[i] = names.get(f.table).and_then(|t| name_at(t, f.name));
+        }
+    }
+    out
+}
+
+/// Calls `each` on every function symbol of the image `data` that counts
+/// (see the module docs), in reading order, and returns the string tables
+/// of `.symtab` and `.dynsym` (empty when absent, and both when `data` is
+/// not ELF).
+fn for_each_function(
+    data: &[u8],
+    load_address: u64,
+    mut each: impl FnMut(Candidate),
+) -> [&[u8]; 2] {
     let mut names: [&[u8]; 2] = [&[], &[]];
+    let Some((_, ctx, headers)) = elf_section_headers(data) else {
+        return names;
+    };
     let mut order = 0u32;
     for (table, kind) in [SHT_SYMTAB, SHT_DYNSYM].into_iter().enumerate() {
         // The last table of a kind, as goblin takes it.
@@ -90,38 +125,52 @@ pub(crate) fn function_names<'d>(
             if s.st_type() != STT_FUNC || s.st_value < load_address || !in_code {
                 continue;
             }
-            let c = Candidate {
+            each(Candidate {
                 address: s.st_value - load_address,
                 size: s.st_size,
                 order,
                 name: s.st_name,
                 table,
-            };
+            });
             order = order.saturating_add(1);
-            let j = queries.partition_point(|&q| q < c.address);
-            if let Some(slot) = best.get_mut(j) {
-                if c.closer_than(slot.as_ref()) {
-                    *slot = Some(c);
-                }
-            }
         }
+    }
+    names
+}
+
+/// Every function symbol of an image, sorted, for a binary asked again and
+/// again (kept open while a recording grows): one pass over the tables and
+/// a sort, then a binary search per address, where [`function_names`]
+/// passes over every symbol per call. Same answers.
+pub(crate) struct FunctionIndex<'d> {
+    /// Sorted by address, the first read last among those at one address.
+    symbols: Vec<Candidate>,
+    names: [&'d [u8]; 2],
+}
+
+impl<'d> FunctionIndex<'d> {
+    /// The function symbols of the ELF image `data` (at file offsets),
+    /// relative to `load_address`.
+    pub(crate) fn new(data: &'d [u8], load_address: u64) -> Self {
+        let mut symbols = Vec::new();
+        let names = for_each_function(data, load_address, |c| symbols.push(c));
+        symbols.sort_unstable_by_key(|c| (c.address, std::cmp::Reverse(c.order)));
+        FunctionIndex { symbols, names }
     }
 
-    let mut floor: Option<Candidate> = None;
-    for ((&q, &i), b) in queries.iter().zip(&by_address).zip(&best) {
-        if let Some(b) = b {
-            if b.closer_than(floor.as_ref()) {
-                floor = Some(*b);
-            }
-        }
-        let Some(f) = &floor else { continue };
-        // Without a size it reaches to the next symbol: past it, that one
-        // would be the floor.
-        if f.size == 0 || q - f.address < f.size {
-            out[i] = names.get(f.table).and_then(|t| name_at(t, f.name));
-        }
+    /// The function names at `rels`, as [`function_names`] gives them.
+    pub(crate) fn names(&self, rels: &[u64]) -> Vec<Option<&'d str>> {
+        rels.iter()
+            .map(|&q| {
+                let i = self.symbols.partition_point(|c| c.address <= q);
+                let f = self.symbols.get(i.checked_sub(1)?)?;
+                // Without a size it reaches to the next symbol.
+                (f.size == 0 || q - f.address < f.size)
+                    .then(|| self.names.get(f.table).and_then(|t| name_at(t, f.name)))
+                    .flatten()
+            })
+            .collect()
     }
-    out
 }
 
 fn name_at(strings: &[u8], offset: usize) -> Option<&str> {
@@ -180,6 +229,8 @@ mod tests {
         for (&rel, got) in rels.iter().zip(&ours) {
             assert_eq!(*got, map_name(&map, rel), "{path} at {rel:#x}");
         }
+        let index = FunctionIndex::new(&data, obj.load_address());
+        assert_eq!(index.names(&rels), ours, "{path}: the index differs");
     }
 
     #[test]
@@ -195,6 +246,10 @@ mod tests {
     fn garbage_has_no_symbols() {
         assert_eq!(
             function_names(b"not an ELF image", 0, &[0, 1]),
+            [None, None]
+        );
+        assert_eq!(
+            FunctionIndex::new(b"not an ELF image", 0).names(&[0, 1]),
             [None, None]
         );
         let exe = std::fs::read(std::env::current_exe().expect("exe")).expect("read");
