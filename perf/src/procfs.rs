@@ -29,6 +29,9 @@ pub struct TaskStat {
     /// a thread from a later one given the same id. `None` when the line
     /// stops before it.
     pub start_time: Option<u64>,
+    /// User plus system CPU time, in clock ticks (fields 14 and 15; of the
+    /// whole process in /proc/PID/stat). `None` when the line stops before.
+    pub cpu_ticks: Option<u64>,
 }
 
 impl TaskStat {
@@ -55,15 +58,34 @@ pub fn parse_stat(text: &str) -> Option<TaskStat> {
     let ppid = rest.next()?.parse().ok()?;
     // pgrp, session, tty_nr, tpgid, then flags.
     let flags: u64 = rest.nth(4)?.parse().ok()?;
-    // minflt … itrealvalue (fields 10–21), then starttime.
-    let start_time = rest.nth(12).and_then(|v| v.parse().ok());
+    // minflt, cminflt, majflt, cmajflt (fields 10–13), utime and stime.
+    let mut number = |n| rest.nth(n).and_then(|v| v.parse::<u64>().ok());
+    let utime = number(4);
+    let stime = number(0);
+    // cutime … itrealvalue (fields 16–21), then starttime.
+    let start_time = number(6);
+    let cpu_ticks = utime.zip(stime).map(|(u, s)| u + s);
     Some(TaskStat {
         comm,
         state,
         ppid,
         kernel_thread: flags & PF_KTHREAD != 0,
         start_time,
+        cpu_ticks,
     })
+}
+
+/// Clock ticks per second in /proc's stat files (USER_HZ, 100 on every
+/// Linux architecture flamerec runs on).
+pub const TICKS_PER_SECOND: u64 = 100;
+
+/// The CPU time (user plus system, every thread, in clock ticks) this
+/// process has used so far.
+pub fn own_cpu_ticks() -> io::Result<u64> {
+    let text = fs::read_to_string("/proc/self/stat")?;
+    parse_stat(&text)
+        .and_then(|s| s.cpu_ticks)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed /proc/self/stat"))
 }
 
 /// State and name of thread `tid` of `pid`.
@@ -279,6 +301,7 @@ mod tests {
         let full = "9 (w) S 1 9 9 0 -1 4194560 10 0 0 0 1 2 0 0 20 0 1 0 123456 0 0";
         let s = parse_stat(full).unwrap();
         assert_eq!(s.start_time, Some(123_456));
+        assert_eq!(s.cpu_ticks, Some(3));
         assert!(s.is_blocked() && !s.is_gone());
     }
 
@@ -345,6 +368,7 @@ mod tests {
         assert!(schedstat(me, me).is_ok());
         assert!(alive(me) && !alive(u32::MAX));
         assert!(stat.start_time.is_some());
+        assert!(own_cpu_ticks().is_ok());
         assert!(all_pids().unwrap().contains(&me));
         assert!(!comm_of(me, me).unwrap().is_empty());
         let gone = threads_of(u32::MAX).unwrap_err();

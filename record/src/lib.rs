@@ -214,6 +214,10 @@ pub struct RecordSummary {
     pub warnings: Vec<String>,
     /// Names embedded, when asked for.
     pub names: Option<NamesSummary>,
+    /// CPU time the recorder itself used, every thread, set-up to finish
+    /// (not the command's), at /proc's 10 ms resolution; `None` when /proc
+    /// could not say.
+    pub recorder_cpu: Option<Duration>,
 }
 
 /// What embedding names did.

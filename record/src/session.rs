@@ -661,6 +661,9 @@ impl Session {
             }
         }
         warnings.extend(st.losses.warning(samples));
+        let recorder_cpu = procfs::own_cpu_ticks()
+            .ok()
+            .map(|t| Duration::from_millis(t * 1000 / procfs::TICKS_PER_SECOND));
         Ok(RecordSummary {
             samples,
             lost,
@@ -675,6 +678,7 @@ impl Session {
             stopped_by,
             warnings,
             names,
+            recorder_cpu,
         })
     }
 }

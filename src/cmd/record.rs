@@ -162,8 +162,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         String::new()
     };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let own_cpu = match summary.recorder_cpu {
+        Some(cpu) if summary.duration.as_secs_f64() > 0.0 => format!(
+            ", recorder CPU {:.2} s ({:.1}% of {cpus} CPU{})",
+            cpu.as_secs_f64(),
+            100.0 * cpu.as_secs_f64() / (cpus as f64 * summary.duration.as_secs_f64()),
+            if cpus == 1 { "" } else { "s" }
+        ),
+        _ => String::new(),
+    };
     eprintln!(
-        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}",
+        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}{own_cpu}",
         summary.samples,
         summary.lost,
         summary.processes,
