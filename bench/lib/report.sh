@@ -47,7 +47,7 @@ RESULT=$ROOT/bench/RESULTS.md
     echo "# Benchmark results"
     echo
     echo "Written by \`bench/run$([ $QUICK = 1 ] && echo ' --quick')\` ($RUNS run(s) per pair of recordings and $FOLD_RUNS of folds, interleaved, medians) on $(date -u '+%Y-%m-%d %H:%M UTC')."
-    echo "Machine: $(nproc) CPUs ($cpu), Linux $kernel; load average $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after (wall-time ratios are only as good as the machine was quiet)."
+    echo "Machine: $(nproc) CPUs ($cpu), Linux $kernel; load average $LOAD_BEFORE before, $(cut -d' ' -f1-3 /proc/loadavg) after (wall-time ratios are only as good as the machine was quiet); kernel.perf_event_max_stack $MAX_STACK_BEFORE before (perf -g walks that deep)."
     echo "Steadiness, the spread (max − min) / median of one command's times across its runs:$STEADY. On a quiet machine these stay within a few percent; a ratio whose budget is closer than the spread says little."
     echo "Tools: flamerec $rev; $(perf --version); samply $(samply --version 2> /dev/null | awk '{print $2}')$([ -n "$SAMPLY_NA" ] && echo ' (could not record)'); inferno ${inferno_v:-?}."
     echo "Workloads, each ≈ $CPU_S s of CPU at $FREQ Hz: \`python3 busy.py $PY_N\` (/usr/bin/python3), \`xz -9 -T1\` on $XZ_MB MB of random data, \`cpu-mix --units $MIX_UNITS\` (cargo release build, no frame pointers). Budgets: DESIGN.md, Performance."
