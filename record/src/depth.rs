@@ -8,9 +8,9 @@
 //! and puts the old value back at the end (the kernel refuses the change,
 //! EBUSY, while any perf event with callchains is open: then the value in
 //! force is used). Overlapping recordings share the raise through a ledger
-//! file ([`LEDGER`]): the last to end puts the first one's value back. A deferred user callchain is not bound by it: the
-//! kernel's deferred unwinder keeps one page of entries per task,
-//! [`DEFERRED_CAP`] addresses.
+//! file ([`LEDGER`]): the last to end puts the first one's value back. A
+//! deferred user callchain is not bound by it: the kernel's deferred
+//! unwinder keeps one page of entries per task, [`DEFERRED_CAP`] addresses.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -29,7 +29,8 @@ pub(crate) const DEFERRED_CAP: usize = 510;
 /// raised it: overlapping recordings raise it once and the last to end puts
 /// it back (the kernel refuses the change while another has callchain
 /// events open), and a recorder that was killed leaves the value for the
-/// next one to put back. Each holds a shared lock on it while recording.
+/// next one to put back. Each holds a shared lock on its `.users` file
+/// while recording.
 const LEDGER: &str = "/run/flamerec-max-stack";
 
 /// The ledger file (locked exclusively while read or changed) and the
@@ -207,7 +208,7 @@ impl Drop for MaxStack {
 }
 
 fn read_u32(path: &Path) -> Option<u32> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
+    read_u32_from(&File::open(path).ok()?)
 }
 
 fn read_u32_from(mut f: &File) -> Option<u32> {

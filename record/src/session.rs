@@ -228,6 +228,14 @@ impl Session {
             launch,
             mut warnings,
         } = plan;
+        // Before anything is started: a failure here leaves nothing behind.
+        let names = match &opts.embed_names {
+            Some(e) => Some(Names::start(e).map_err(|e| RecordError::Sys {
+                what: "starting the thread that names frames".into(),
+                source: e,
+            })?),
+            None => None,
+        };
         // The kernel symbol table takes tens of milliseconds to read: load it
         // while the command starts.
         let kallsyms_loader = opts.kernel.then(|| {
@@ -433,13 +441,6 @@ impl Session {
                 }
                 None
             }
-        };
-        let names = match &opts.embed_names {
-            Some(e) => Some(Names::start(e).map_err(|e| RecordError::Sys {
-                what: "starting the thread that names frames".into(),
-                source: e,
-            })?),
-            None => None,
         };
         Ok(Session {
             st,
