@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::io::Read;
 
-use crate::{Damage, Event, FormatError, Metadata, NamesState, Reader};
+use crate::{Damage, Event, FormatError, Metadata, NamesState, ReadGap, Reader};
 
 /// Figures of one recording.
 #[derive(Debug, Clone)]
@@ -26,6 +26,8 @@ pub struct Summary {
     pub lost_per_cpu: Vec<(u32, u64)>,
     /// Lost while the recorder waited for a CPU.
     pub lost_starved: u64,
+    /// The longest interval between two reads of the rings, when recorded.
+    pub longest_read_gap: Option<ReadGap>,
     /// Length of the recording in seconds.
     pub duration_s: f64,
     /// Distinct processes.
@@ -91,6 +93,7 @@ impl Summary {
             lost_samples: lost,
             lost_per_cpu: Vec::new(),
             lost_starved: 0,
+            longest_read_gap: None,
             duration_s: last_ns as f64 / 1e9,
             processes: pids.len() as u64,
             threads: tids.len() as u64,
@@ -108,6 +111,7 @@ impl Summary {
             s.lost_samples = t.lost_samples;
             s.lost_per_cpu = t.lost_per_cpu;
             s.lost_starved = t.lost_starved;
+            s.longest_read_gap = t.longest_read_gap;
             s.duration_s = t.duration_ns as f64 / 1e9;
             s.processes = t.processes.max(s.processes);
             s.threads = t.threads.max(s.threads);

@@ -82,6 +82,33 @@ pub struct Totals {
     /// `-g fp,defer`: user parts whose samples never came (lost).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub deferred_orphan_records: u64,
+    /// The longest time between two reads of the rings, and where the
+    /// recorder spent it: what names the cause when a ring overran.
+    /// Absent in files of older recorders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_read_gap: Option<ReadGap>,
+}
+
+/// One interval between two reads of the rings, in microseconds: its
+/// length, the recorder thread's time on a CPU and waiting for one
+/// (scheduler statistics; the rest it slept or was blocked), and the
+/// recorder's loop phases it was spent in (the rest is bookkeeping).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadGap {
+    /// From one read of the rings to the next.
+    pub gap_us: u64,
+    /// Of it, the draining thread ran on a CPU.
+    pub on_cpu_us: u64,
+    /// Of it, the draining thread waited for a CPU.
+    pub waited_us: u64,
+    /// Of it, waiting for the rings to fill (poll).
+    pub poll_us: u64,
+    /// Of it, reading and handling the samples (unwinding, live reads).
+    pub drain_us: u64,
+    /// Of it, handing new frames to the naming threads.
+    pub names_us: u64,
+    /// Of it, compressing a chunk and handing it to the output.
+    pub write_us: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -22,6 +22,7 @@ mod procs;
 mod rings;
 mod sample;
 mod session;
+mod spool;
 mod state;
 #[allow(unsafe_code)]
 pub mod sys;

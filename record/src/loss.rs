@@ -12,13 +12,26 @@
 //! the previous one waiting for a CPU. Two rounds, because the kernel writes
 //! its lost record only once the reader has made room: an overrun that
 //! happened while the recorder was away is read one round after its return.
+//!
+//! The longest interval between two reads is kept too, split by the
+//! scheduler's figures (on a CPU, waiting for one, the rest asleep or
+//! blocked) and by the loop's phases, so a loss names where the time went.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use flamerec_format::Totals;
+use flamerec_format::{ReadGap, Totals};
+
+/// Where the draining loop spends a round.
+#[derive(Clone, Copy)]
+pub(crate) enum Phase {
+    Poll,
+    Drain,
+    Names,
+    Write,
+}
 
 /// The losses of one recording.
 pub(crate) struct Losses {
@@ -27,10 +40,23 @@ pub(crate) struct Losses {
     /// Lost in rounds where the recorder mostly waited for a CPU.
     starved: u64,
     schedstat: Option<File>,
-    /// Start of the current round and the run-queue delay then, and the
-    /// same of the two rounds before; the oldest bounds the interval a lost
-    /// record read now may describe.
-    rounds: [(Instant, u64); 3],
+    /// Start of the current round and the thread's scheduler figures then,
+    /// and the same of the two rounds before; the oldest bounds the interval
+    /// a lost record read now may describe.
+    rounds: [(Instant, Sched); 3],
+    /// Rounds begun.
+    begun: u64,
+    /// Time spent in each phase since the current round began.
+    phases: [Duration; 4],
+    phase_mark: Instant,
+    longest: Option<ReadGap>,
+}
+
+/// A thread's scheduler figures in ns: on a CPU, and waiting for one.
+#[derive(Clone, Copy, Default)]
+struct Sched {
+    on_cpu: u64,
+    waited: u64,
 }
 
 impl Losses {
@@ -38,29 +64,69 @@ impl Losses {
     /// run-queue delay is read).
     pub(crate) fn new() -> Self {
         let schedstat = File::open("/proc/thread-self/schedstat").ok();
-        let now = (Instant::now(), read_delay(schedstat.as_ref()));
+        let now = (Instant::now(), read_sched(schedstat.as_ref()));
         Losses {
             per_cpu: BTreeMap::new(),
             total: 0,
             starved: 0,
             schedstat,
             rounds: [now; 3],
+            begun: 0,
+            phases: [Duration::ZERO; 4],
+            phase_mark: now.0,
+            longest: None,
         }
     }
 
-    /// Marks the start of a drain round.
+    /// Marks the start of a drain round (the rings are read now).
     pub(crate) fn begin_round(&mut self) {
+        let now = (Instant::now(), read_sched(self.schedstat.as_ref()));
+        let (then, sched) = self.rounds[2];
+        let gap = now.0.duration_since(then);
+        // The first round's interval is the set-up, not a gap between reads.
+        if self.begun > 0
+            && self
+                .longest
+                .is_none_or(|l| gap.as_micros() as u64 > l.gap_us)
+        {
+            let us = |d: Duration| d.as_micros() as u64;
+            self.longest = Some(ReadGap {
+                gap_us: us(gap),
+                on_cpu_us: now.1.on_cpu.saturating_sub(sched.on_cpu) / 1000,
+                waited_us: now.1.waited.saturating_sub(sched.waited) / 1000,
+                poll_us: us(self.phases[Phase::Poll as usize]),
+                drain_us: us(self.phases[Phase::Drain as usize]),
+                names_us: us(self.phases[Phase::Names as usize]),
+                write_us: us(self.phases[Phase::Write as usize]),
+            });
+        }
+        self.begun += 1;
+        self.phases = [Duration::ZERO; 4];
+        self.phase_mark = now.0;
         self.rounds.rotate_left(1);
-        self.rounds[2] = (Instant::now(), read_delay(self.schedstat.as_ref()));
+        self.rounds[2] = now;
+    }
+
+    /// A phase begins now; the time since the last one ended is in none.
+    pub(crate) fn phase_begins(&mut self) {
+        self.phase_mark = Instant::now();
+    }
+
+    /// The loop has just finished `phase` (begun when the last phase or
+    /// round ended, or at `phase_begins`).
+    pub(crate) fn phase_done(&mut self, phase: Phase) {
+        let now = Instant::now();
+        self.phases[phase as usize] += now.duration_since(self.phase_mark);
+        self.phase_mark = now;
     }
 
     /// `count` samples lost by the ring of `cpu`, read in the current round.
     pub(crate) fn add(&mut self, cpu: u32, count: u64) {
         *self.per_cpu.entry(cpu).or_default() += count;
         self.total += count;
-        let [(since, delay_then), _, (now, delay_now)] = self.rounds;
+        let [(since, then), _, (now, sched)] = self.rounds;
         let interval = now.duration_since(since).as_nanos() as u64;
-        let waited = delay_now.saturating_sub(delay_then);
+        let waited = sched.waited.saturating_sub(then.waited);
         if waited.saturating_mul(2) > interval {
             self.starved += count;
         }
@@ -75,6 +141,7 @@ impl Losses {
         totals.lost_samples = self.total;
         totals.lost_per_cpu = self.per_cpu.iter().map(|(&c, &n)| (c, n)).collect();
         totals.lost_starved = self.starved;
+        totals.longest_read_gap = self.longest;
     }
 
     /// The end-of-recording warning when more than 1% was lost.
@@ -102,16 +169,22 @@ impl Losses {
     }
 }
 
-/// The thread's total run-queue wait in ns (0 when schedstat is unavailable).
-fn read_delay(f: Option<&File>) -> u64 {
-    let Some(f) = f else { return 0 };
+/// The thread's total time on a CPU and run-queue wait in ns (zeros when
+/// schedstat is unavailable).
+fn read_sched(f: Option<&File>) -> Sched {
+    let Some(f) = f else {
+        return Sched::default();
+    };
     let mut buf = [0u8; 96];
     let n = f.read_at(&mut buf, 0).unwrap_or(0);
-    std::str::from_utf8(&buf[..n])
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    let mut fields = std::str::from_utf8(&buf[..n])
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0));
+    Sched {
+        on_cpu: fields.next().unwrap_or(0),
+        waited: fields.next().unwrap_or(0),
+    }
 }
 
 #[cfg(test)]
@@ -119,11 +192,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schedstat_gives_a_delay_that_does_not_go_back() {
+    fn schedstat_gives_time_on_a_cpu_and_waiting_for_one() {
         let f = File::open("/proc/thread-self/schedstat").ok();
-        let a = read_delay(f.as_ref());
-        let b = read_delay(f.as_ref());
-        assert!(f.is_none() || b >= a);
+        let a = read_sched(f.as_ref());
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(20) {}
+        let b = read_sched(f.as_ref());
+        assert!(f.is_none() || b.waited >= a.waited);
+        // 20 ms of spinning is on a CPU or waiting for one, but for the time
+        // interrupts and the host (steal) take, which is counted in neither:
+        // half of it is a margin no loaded machine here came near.
+        assert!(
+            f.is_none() || (b.on_cpu - a.on_cpu) + (b.waited - a.waited) >= 10_000_000,
+            "{} + {}",
+            b.on_cpu - a.on_cpu,
+            b.waited - a.waited
+        );
+    }
+
+    #[test]
+    fn the_longest_gap_keeps_its_phases() {
+        let mut l = Losses::new();
+        l.begin_round();
+        std::thread::sleep(Duration::from_millis(30));
+        l.phase_done(Phase::Write);
+        l.phase_done(Phase::Poll);
+        l.begin_round();
+        l.phase_done(Phase::Drain);
+        l.begin_round();
+        let g = l.longest.expect("two gaps");
+        assert!(g.gap_us >= 30_000, "{g:?}");
+        assert!(g.write_us >= 30_000 && g.write_us <= g.gap_us, "{g:?}");
+        // Asleep, not on a CPU.
+        assert!(g.on_cpu_us < 25_000, "{g:?}");
     }
 
     #[test]

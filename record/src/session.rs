@@ -3,7 +3,7 @@
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
-use std::io::{self, BufWriter, Read};
+use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -17,7 +17,9 @@ use crate::defer::Deferred;
 use crate::depth::MaxStack;
 use crate::embed::{Names, Pending};
 use crate::launch::{c_strings, find_program};
+use crate::loss::Phase;
 use crate::rings::{self, read_trimmed};
+use crate::spool::Spool;
 use crate::state::{Event, State};
 use crate::sys::{self, Counter, EventConfig, RingBuffer, SuspendedChild, WaitStatus};
 use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target};
@@ -194,7 +196,7 @@ impl Drop for Signals {
 
 /// A recording under way: its events, state and signal handlers.
 struct Session {
-    st: State<BufWriter<File>>,
+    st: State<Spool>,
     events: Vec<Event>,
     kallsyms_loader: Option<std::thread::JoinHandle<Kallsyms>>,
     max_stack: Option<MaxStack>,
@@ -277,7 +279,11 @@ impl Session {
             path: opts.output.clone(),
             source: e,
         };
-        let writer = Writer::new(BufWriter::new(file), &meta).map_err(out_err)?;
+        let spool = Spool::new(file).map_err(|e| RecordError::Sys {
+            what: "starting the thread that writes the output".into(),
+            source: e,
+        })?;
+        let writer = Writer::new(spool, &meta).map_err(out_err)?;
 
         let child = match &launch {
             Some((_, _, (c_path, c_argv, c_envp))) => {
@@ -495,15 +501,19 @@ impl Session {
                 .map(|e| e.fd.as_fd())
                 .collect();
             fds.push(sig.wake.as_fd());
+            st.losses.phase_begins();
             sys::poll_readable(&fds, POLL_MS).map_err(|e| RecordError::Sys {
                 what: "poll".into(),
                 source: e,
             })?;
             let mut sink = [0u8; 64];
             while matches!((&sig.wake).read(&mut sink), Ok(n) if n > 0) {}
+            st.losses.phase_done(Phase::Poll);
             st.drain(events, scratch);
+            st.losses.phase_done(Phase::Drain);
             if let Some(n) = names {
                 n.offer(&st.writer);
+                st.losses.phase_done(Phase::Names);
             }
             if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
                 st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
@@ -511,6 +521,7 @@ impl Session {
             if last_flush.elapsed() >= FLUSH_EVERY || st.writer.wants_flush() {
                 st.writer.flush().map_err(out_err)?;
                 last_flush = Instant::now();
+                st.losses.phase_done(Phase::Write);
             }
             progress(&Progress {
                 samples: st.writer.samples(),
@@ -652,7 +663,7 @@ impl Session {
             }
             None => None,
         };
-        drop(out);
+        out.close().map_err(|e| out_err(e.into()))?;
         let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
         if let (None, Some(p)) = (exit, pid) {
             if signals_seen < 2 {
