@@ -41,6 +41,7 @@ use flamerec_format::Reader;
 use flamerec_symbolize as symbolize;
 
 pub use error::FoldError;
+pub use lines::Stacks;
 pub use merge::merge_profiles;
 pub use output::{write_folded, write_json_summary, write_svg, SUMMARY_SCHEMA};
 pub use profile::{FunctionStats, ProcessStats, Profile};

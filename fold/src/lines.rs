@@ -10,8 +10,16 @@
 //! is compared name by name, exactly as the joined bytes would compare.
 //! Distinct ids may spell the same text (two roots sanitized alike, one name
 //! in two modules): such lines sort next to each other and are merged.
+//!
+//! The sorted lines stay ids in [`Stacks`] and are spelled as they are read:
+//! a DWARF-rich program's folded text reaches 160 MB (lines of tens of
+//! kilobytes), and holding it all cost a fold more in fresh pages than in
+//! naming. Writing spells one line at a time into one buffer.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::fmt;
+use std::io::{self, Write};
 use std::sync::Arc;
 
 use rayon::prelude::*;
@@ -19,7 +27,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::aggregate::NameId;
 use flamerec_symbolize::names::UNKNOWN;
-use flamerec_symbolize::{FuncId, Function};
+use flamerec_symbolize::FuncId;
 
 /// Lines from which sorting is shared between threads.
 const PARALLEL_SORT: usize = 20_000;
@@ -27,13 +35,9 @@ const PARALLEL_SORT: usize = 20_000;
 /// A folded line: its root name and its functions, root first.
 pub(crate) type Line = (NameId, Arc<[FuncId]>);
 
-/// The lines as text with their weights, sorted by text, each text once.
-pub(crate) fn sorted_text(
-    lines: HashMap<Line, u64>,
-    roots: &[String],
-    functions: &[Function],
-) -> Vec<(String, u64)> {
-    let spell = Spelling::new(roots, functions);
+/// The lines with their weights, sorted by their text, each text once.
+pub(crate) fn sorted(lines: HashMap<Line, u64>, roots: Vec<String>, names: Vec<String>) -> Stacks {
+    let spell = Spelling::new(&roots, &names);
     let mut sorted: Vec<(Line, u64)> = lines.into_iter().collect();
     // Threads pay off for big sorts only.
     if sorted.len() < PARALLEL_SORT {
@@ -50,16 +54,161 @@ pub(crate) fn sorted_text(
             _ => merged.push((line, w)),
         }
     }
-    merged
-        .par_iter()
-        .map(|(line, w)| (spell.text(line), *w))
-        .collect()
+    Stacks(Repr::Ids {
+        lines: merged,
+        roots: roots.into(),
+        names: names.into(),
+    })
+}
+
+/// Folded stacks: lines `root;frame;…;leaf` with their summed weight,
+/// sorted by line, each line once.
+///
+/// Folded from a recording, the lines are kept as ids into the root and
+/// function names and spelled as they are read ([`Stacks::iter`],
+/// [`Stacks::write_folded`]); read from folded text, they are that text.
+#[derive(Clone, Default)]
+pub struct Stacks(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Text(Vec<(String, u64)>),
+    Ids {
+        lines: Vec<(Line, u64)>,
+        roots: Arc<[String]>,
+        names: Arc<[String]>,
+    },
+}
+
+impl Default for Repr {
+    fn default() -> Self {
+        Repr::Text(Vec::new())
+    }
+}
+
+impl Stacks {
+    /// Distinct lines.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Text(t) => t.len(),
+            Repr::Ids { lines, .. } => lines.len(),
+        }
+    }
+
+    /// Whether there are no lines.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lines in order, with their weights.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (Cow<'_, str>, u64)> + '_ {
+        (0..self.len()).map(move |i| match &self.0 {
+            Repr::Text(t) => (Cow::Borrowed(t[i].0.as_str()), t[i].1),
+            Repr::Ids { lines, .. } => {
+                let mut s = String::new();
+                self.spell(&lines[i].0, &mut s);
+                (Cow::Owned(s), lines[i].1)
+            }
+        })
+    }
+
+    /// Each line's root (its first name), in line order.
+    pub fn roots(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        (0..self.len()).map(move |i| match &self.0 {
+            Repr::Text(t) => t[i].0.split(';').next().unwrap_or(""),
+            Repr::Ids { lines, roots, .. } => roots
+                .get(lines[i].0 .0 as usize)
+                .map_or(UNKNOWN, String::as_str),
+        })
+    }
+
+    /// The lines as text.
+    pub fn into_text(self) -> Vec<(String, u64)> {
+        match self.0 {
+            Repr::Text(t) => t,
+            Repr::Ids { .. } => self.iter().map(|(l, w)| (l.into_owned(), w)).collect(),
+        }
+    }
+
+    /// Writes `line COUNT` per line, each spelled into one reused buffer.
+    pub fn write_folded<W: Write>(&self, out: &mut W) -> io::Result<()> {
+        let mut buf = String::new();
+        for i in 0..self.len() {
+            buf.clear();
+            let w = match &self.0 {
+                Repr::Text(t) => {
+                    buf.push_str(&t[i].0);
+                    t[i].1
+                }
+                Repr::Ids { lines, .. } => {
+                    self.spell(&lines[i].0, &mut buf);
+                    lines[i].1
+                }
+            };
+            buf.push(' ');
+            buf.push_str(itoa_u64(w, &mut [0u8; 20]));
+            buf.push('\n');
+            out.write_all(buf.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn spell(&self, line: &Line, s: &mut String) {
+        if let Repr::Ids { roots, names, .. } = &self.0 {
+            spell_into(roots, names, line, s);
+        }
+    }
+}
+
+/// Appends `root;name;name…` to `s`.
+fn spell_into(roots: &[String], names: &[String], (root, funcs): &Line, s: &mut String) {
+    let root = roots.get(*root as usize).map_or(UNKNOWN, String::as_str);
+    let names = |f: FuncId| names.get(f as usize).map_or("", String::as_str);
+    s.reserve(root.len() + funcs.iter().map(|&f| 1 + names(f).len()).sum::<usize>());
+    s.push_str(root);
+    for &f in funcs.iter() {
+        s.push(';');
+        s.push_str(names(f));
+    }
+}
+
+/// `n` in decimal, in `buf`.
+fn itoa_u64(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+impl From<Vec<(String, u64)>> for Stacks {
+    /// Lines already sorted and distinct, as text.
+    fn from(text: Vec<(String, u64)>) -> Self {
+        Stacks(Repr::Text(text))
+    }
+}
+
+impl PartialEq for Stacks {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl fmt::Debug for Stacks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// How ids are spelled.
 struct Spelling<'a> {
     roots: &'a [String],
-    functions: &'a [Function],
+    names: &'a [String],
     root_order: Order,
     function_order: Order,
 }
@@ -114,12 +263,12 @@ impl Order {
 }
 
 impl<'a> Spelling<'a> {
-    fn new(roots: &'a [String], functions: &'a [Function]) -> Self {
+    fn new(roots: &'a [String], names: &'a [String]) -> Self {
         Spelling {
             roots,
-            functions,
+            names,
             root_order: Order::new(roots.iter().map(String::as_str)),
-            function_order: Order::new(functions.iter().map(|f| f.name.as_str())),
+            function_order: Order::new(names.iter().map(String::as_str)),
         }
     }
 
@@ -128,21 +277,14 @@ impl<'a> Spelling<'a> {
     }
 
     fn name(&self, f: FuncId) -> &str {
-        self.functions
-            .get(f as usize)
-            .map_or("", |f| f.name.as_str())
+        self.names.get(f as usize).map_or("", String::as_str)
     }
 
     /// `root;name;name…`.
-    fn text(&self, (root, funcs): &Line) -> String {
-        let root = self.root(*root);
-        let len = root.len() + funcs.iter().map(|&f| 1 + self.name(f).len()).sum::<usize>();
-        let mut s = String::with_capacity(len);
-        s.push_str(root);
-        for &f in funcs.iter() {
-            s.push(';');
-            s.push_str(self.name(f));
-        }
+    #[cfg(test)]
+    fn text(&self, line: &Line) -> String {
+        let mut s = String::new();
+        spell_into(self.roots, self.names, line, &mut s);
         s
     }
 
@@ -236,20 +378,13 @@ fn compare_joined<'a>(
 mod tests {
     use super::*;
 
-    fn function(name: &str) -> Function {
-        Function {
-            name: name.to_string(),
-            module: "m".to_string(),
-        }
-    }
-
     #[test]
     fn order_and_merging_are_those_of_the_text() {
         // Names chosen so that id order, name order and text order differ:
         // "a" is a prefix of "a1" and of "a;"-joined lines, '1' sorts
         // before ';', and two ids spell "b".
         let names = ["a", "a1", "b", "b", "a b", ""];
-        let functions: Vec<Function> = names.iter().map(|n| function(n)).collect();
+        let functions: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let roots = vec!["r".to_string(), "r".to_string(), "q".to_string()];
         let lines: Vec<Line> = vec![
             (0, Arc::from(&[0, 2][..])),
@@ -267,7 +402,10 @@ mod tests {
             .enumerate()
             .map(|(i, l)| (l, 1 << i))
             .collect();
-        let got = sorted_text(map, &roots, &functions);
+        let stacks = sorted(map, roots.clone(), functions.clone());
+        let mut written = Vec::new();
+        stacks.write_folded(&mut written).unwrap();
+        let got = stacks.into_text();
 
         let spell = Spelling::new(&roots, &functions);
         let mut want: Vec<(String, u64)> = Vec::new();
@@ -285,6 +423,8 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(got.iter().any(|(t, w)| t == "r;a;b" && *w == 1 + 4));
+        let lines: String = want.iter().map(|(t, w)| format!("{t} {w}\n")).collect();
+        assert_eq!(String::from_utf8(written).unwrap(), lines);
     }
 
     /// Lines of names that are prefixes of each other, sort below and
@@ -294,7 +434,7 @@ mod tests {
         let names = [
             "a", "a1", "a:", "a;", "a<", "a b", "ab", "b", "a", "", "b", "a1x", "::", ":",
         ];
-        let functions: Vec<Function> = names.iter().map(|n| function(n)).collect();
+        let functions: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let roots: Vec<String> = ["r", "r1", "r", "", "r;x"]
             .iter()
             .map(|r| r.to_string())

@@ -42,7 +42,10 @@ pub fn merge_profiles(mut profiles: Vec<(String, Profile)>) -> Result<Profile, F
         out.warnings
             .insert(0, several(&first_label, &d.to_string()));
     }
-    let mut stacks: HashMap<String, u64> = out.stacks.drain(..).collect();
+    let mut stacks: HashMap<String, u64> = std::mem::take(&mut out.stacks)
+        .into_text()
+        .into_iter()
+        .collect();
     let mut functions: HashMap<(String, String), (u64, u64)> = out
         .functions
         .drain(..)
@@ -54,7 +57,7 @@ pub fn merge_profiles(mut profiles: Vec<(String, Profile)>) -> Result<Profile, F
         }
         out.warnings
             .extend(p.warnings.iter().map(|w| several(&label, w)));
-        for (line, w) in p.stacks {
+        for (line, w) in p.stacks.into_text() {
             let e = stacks.entry(line).or_insert(0);
             *e = e.saturating_add(w);
         }
@@ -90,7 +93,7 @@ pub fn merge_profiles(mut profiles: Vec<(String, Profile)>) -> Result<Profile, F
     }
     let mut stacks: Vec<(String, u64)> = stacks.into_iter().collect();
     stacks.sort_unstable();
-    out.stacks = stacks;
+    out.stacks = stacks.into();
     let mut functions: Vec<FunctionStats> = functions
         .into_iter()
         .map(
@@ -117,7 +120,11 @@ mod tests {
     fn profile(event: &str, stacks: &[(&str, u64)], fs: &[(&str, u64, u64)]) -> Profile {
         let mut p = Profile::default();
         p.metadata.event = event.to_string();
-        p.stacks = stacks.iter().map(|(s, w)| (s.to_string(), *w)).collect();
+        p.stacks = stacks
+            .iter()
+            .map(|(s, w)| (s.to_string(), *w))
+            .collect::<Vec<_>>()
+            .into();
         p.functions = fs
             .iter()
             .map(|&(name, s, t)| FunctionStats {
@@ -152,7 +159,7 @@ mod tests {
         );
         let m = merge_profiles(vec![("a.frec".into(), a), ("b.frec".into(), b)]).unwrap();
         assert_eq!(
-            m.stacks,
+            m.stacks.clone().into_text(),
             vec![("p;a".into(), 3), ("p;b".into(), 3), ("p;c".into(), 5)]
         );
         assert_eq!((m.samples, m.total_weight), (11, 11));

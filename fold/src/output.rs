@@ -20,9 +20,7 @@ pub const SUMMARY_SCHEMA: &str = "flamerec-summary/1";
 /// inferno-flamegraph and flamegraph.pl.
 pub fn write_folded<W: Write>(profile: &Profile, out: W) -> io::Result<()> {
     let mut out = BufWriter::new(out);
-    for (line, count) in &profile.stacks {
-        writeln!(out, "{line} {count}")?;
-    }
+    profile.stacks.write_folded(&mut out)?;
     out.flush()
 }
 

@@ -15,7 +15,7 @@ use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
 
 use crate::aggregate::{Aggregate, NameId};
 use crate::export::Timeline;
-use crate::lines::{self, Line};
+use crate::lines::{self, Line, Stacks};
 use crate::progress::{FoldProgress, Phase};
 use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
 use flamerec_symbolize::{self as symbolize, FuncId, NameOptions, Prefetch, Symbols};
@@ -34,7 +34,7 @@ pub struct Profile {
     pub warnings: Vec<String>,
     /// Folded stacks, `root;frame;...;leaf` with their summed weight, sorted
     /// by line. Lines are distinct.
-    pub stacks: Vec<(String, u64)>,
+    pub stacks: Stacks,
     /// Samples that passed the filters.
     pub samples: u64,
     /// Sum of their weights (what the counts add up to), in `metadata.weight_unit`.
@@ -131,7 +131,8 @@ pub(crate) fn build(
         .reduce_with(Folded::add)
         .unwrap_or_else(|| Folded::new(symbols.functions.len(), 0));
 
-    let stacks = lines::sorted_text(lines, &root_names, &symbols.functions);
+    let names = symbols.functions.iter().map(|f| f.name.clone()).collect();
+    let stacks = lines::sorted(lines, root_names, names);
 
     let mut functions: Vec<FunctionStats> = symbols
         .functions

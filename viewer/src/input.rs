@@ -140,7 +140,7 @@ fn from_recording(path: &Path) -> Result<Source, ViewerError> {
         u => u.to_string(),
     };
     Ok(Source {
-        stacks: profile.stacks,
+        stacks: profile.stacks.into_text(),
         roots,
         unit,
         info,
@@ -156,8 +156,7 @@ fn thread_roots(profile: &Profile) -> HashMap<String, RootInfo> {
         .map(|p| (p.pid, p.comm.as_str()))
         .collect();
     let mut roots = HashMap::new();
-    for (line, _) in &profile.stacks {
-        let root = line.split(';').next().unwrap_or(line);
+    for root in profile.stacks.roots() {
         if roots.contains_key(root) {
             continue;
         }

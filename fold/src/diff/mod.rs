@@ -312,7 +312,7 @@ impl Side {
             warnings.push(d.to_string());
         }
         warnings.extend(profile.warnings);
-        let mut stacks = profile.stacks;
+        let mut stacks = profile.stacks.into_text();
         stacks.retain(|(_, w)| *w > 0);
         let meta = &profile.metadata;
         let weight_unit = match meta.weight_unit.as_str() {
