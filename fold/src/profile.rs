@@ -235,7 +235,7 @@ fn fold_entries(
             tail = Arc::from(&funcs[..]);
         }
         // Lines are keyed by ids, not text: a stack's text is made once
-        // per distinct line, at the end (lines::sorted_text).
+        // per distinct line, at the end (lines::sorted).
         let c = out.lines.entry((root, Arc::clone(&tail))).or_insert(0);
         *c = c.saturating_add(weight);
 
