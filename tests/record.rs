@@ -713,6 +713,9 @@ fn dwarf_mode_at_4999_hz_on_every_core_loses_at_most_a_tenth_of_a_percent() {
     let lost = info["lost_samples"].as_u64().unwrap_or(u64::MAX);
     let samples = info["samples"].as_u64().unwrap_or(0);
     assert!(samples >= 3000, "{samples} samples");
+    // Where the time between reads went, for the message below.
+    let gap = &info["longest_read_gap"];
+    assert!(gap["gap_us"].as_u64() >= gap["drain_us"].as_u64(), "{info}");
     assert!(
         lost * 1000 <= samples + lost,
         "{lost} of {} samples lost ({info}): {}",

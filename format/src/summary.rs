@@ -28,6 +28,8 @@ pub struct Summary {
     pub lost_starved: u64,
     /// The longest interval between two reads of the rings, when recorded.
     pub longest_read_gap: Option<ReadGap>,
+    /// The longest interval a lost record can describe, when any was lost.
+    pub read_gap_before_loss: Option<ReadGap>,
     /// Length of the recording in seconds.
     pub duration_s: f64,
     /// Distinct processes.
@@ -94,6 +96,7 @@ impl Summary {
             lost_per_cpu: Vec::new(),
             lost_starved: 0,
             longest_read_gap: None,
+            read_gap_before_loss: None,
             duration_s: last_ns as f64 / 1e9,
             processes: pids.len() as u64,
             threads: tids.len() as u64,
@@ -112,6 +115,7 @@ impl Summary {
             s.lost_per_cpu = t.lost_per_cpu;
             s.lost_starved = t.lost_starved;
             s.longest_read_gap = t.longest_read_gap;
+            s.read_gap_before_loss = t.read_gap_before_loss;
             s.duration_s = t.duration_ns as f64 / 1e9;
             s.processes = t.processes.max(s.processes);
             s.threads = t.threads.max(s.threads);

@@ -87,6 +87,10 @@ pub struct Totals {
     /// Absent in files of older recorders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_read_gap: Option<ReadGap>,
+    /// Of the intervals a lost record can describe (the two before each
+    /// round that read one), the longest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_gap_before_loss: Option<ReadGap>,
 }
 
 /// One interval between two reads of the rings, in microseconds: its

@@ -50,6 +50,11 @@ pub(crate) struct Losses {
     phases: [Duration; 4],
     phase_mark: Instant,
     longest: Option<ReadGap>,
+    /// The gaps that ended in the last two rounds: a loss read now
+    /// happened in one of them.
+    recent: [Option<ReadGap>; 2],
+    /// The longest of those before a round that read a loss.
+    before_loss: Option<ReadGap>,
 }
 
 /// A thread's scheduler figures in ns: on a CPU, and waiting for one.
@@ -75,6 +80,8 @@ impl Losses {
             phases: [Duration::ZERO; 4],
             phase_mark: now.0,
             longest: None,
+            recent: [None; 2],
+            before_loss: None,
         }
     }
 
@@ -84,13 +91,9 @@ impl Losses {
         let (then, sched) = self.rounds[2];
         let gap = now.0.duration_since(then);
         // The first round's interval is the set-up, not a gap between reads.
-        if self.begun > 0
-            && self
-                .longest
-                .is_none_or(|l| gap.as_micros() as u64 > l.gap_us)
-        {
+        if self.begun > 0 {
             let us = |d: Duration| d.as_micros() as u64;
-            self.longest = Some(ReadGap {
+            let g = ReadGap {
                 gap_us: us(gap),
                 on_cpu_us: now.1.on_cpu.saturating_sub(sched.on_cpu) / 1000,
                 waited_us: now.1.waited.saturating_sub(sched.waited) / 1000,
@@ -98,7 +101,10 @@ impl Losses {
                 drain_us: us(self.phases[Phase::Drain as usize]),
                 names_us: us(self.phases[Phase::Names as usize]),
                 write_us: us(self.phases[Phase::Write as usize]),
-            });
+            };
+            self.longest = Some(longer(self.longest, g));
+            self.recent.rotate_left(1);
+            self.recent[1] = Some(g);
         }
         self.begun += 1;
         self.phases = [Duration::ZERO; 4];
@@ -124,6 +130,9 @@ impl Losses {
     pub(crate) fn add(&mut self, cpu: u32, count: u64) {
         *self.per_cpu.entry(cpu).or_default() += count;
         self.total += count;
+        for g in self.recent.into_iter().flatten() {
+            self.before_loss = Some(longer(self.before_loss, g));
+        }
         let [(since, then), _, (now, sched)] = self.rounds;
         let interval = now.duration_since(since).as_nanos() as u64;
         let waited = sched.waited.saturating_sub(then.waited);
@@ -142,6 +151,7 @@ impl Losses {
         totals.lost_per_cpu = self.per_cpu.iter().map(|(&c, &n)| (c, n)).collect();
         totals.lost_starved = self.starved;
         totals.longest_read_gap = self.longest;
+        totals.read_gap_before_loss = self.before_loss;
     }
 
     /// The end-of-recording warning when more than 1% was lost.
@@ -166,6 +176,14 @@ impl Losses {
         Some(format!(
             "{lost} samples were lost ({share:.1}%; {cpus}): {advice}"
         ))
+    }
+}
+
+/// The longer of `a` and `b`.
+fn longer(a: Option<ReadGap>, b: ReadGap) -> ReadGap {
+    match a {
+        Some(a) if a.gap_us >= b.gap_us => a,
+        _ => b,
     }
 }
 
@@ -220,6 +238,12 @@ mod tests {
         l.begin_round();
         l.phase_done(Phase::Drain);
         l.begin_round();
+        assert!(l.before_loss.is_none());
+        l.add(0, 3);
+        assert_eq!(
+            l.before_loss, l.longest,
+            "the loss was read after the long gap"
+        );
         let g = l.longest.expect("two gaps");
         assert!(g.gap_us >= 30_000, "{g:?}");
         assert!(g.write_us >= 30_000 && g.write_us <= g.gap_us, "{g:?}");

@@ -36,6 +36,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "lost_per_cpu": s.lost_per_cpu.iter().map(|&(cpu, n)| json!({"cpu": cpu, "lost": n})).collect::<Vec<_>>(),
             "lost_while_recorder_waited": s.lost_starved,
             "longest_read_gap": s.longest_read_gap,
+            "read_gap_before_loss": s.read_gap_before_loss,
             "duration_s": s.duration_s,
             "event": m.event,
             "frequency_hz": m.frequency_hz,
