@@ -22,12 +22,13 @@
 //! Damaged DWARF leaves addresses unnamed, never fails the fold.
 
 use std::fs::File;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use gimli::{
     AttributeValue, DebugAddrBase, DebugInfoOffset, DebugRngListsBase, DebugStrOffsetsBase,
-    DebuggingInformationEntry, DwarfFileType, EndianSlice, EntriesTreeNode, Reader as _,
-    RunTimeEndian, SectionId, Unit, UnitHeader,
+    DebuggingInformationEntry, DwarfFileType, EndianSlice, Reader as _, RunTimeEndian, SectionId,
+    Unit, UnitHeader,
 };
 use rayon::prelude::*;
 use symbolic_common::Language;
@@ -383,13 +384,16 @@ fn unit_frames(
     };
     let local: Vec<u64> = idxs.iter().map(|&i| addrs[i]).collect();
     let mut chains: Vec<Vec<Option<RawName>>> = vec![Vec::new(); local.len()];
-    let Ok(mut tree) = unit.entries_tree(None) else {
+    let lang = {
+        let mut cursor = unit.entries();
+        match cursor.next_dfs() {
+            Ok(Some(_)) => cursor.current().map(language),
+            _ => None,
+        }
+    };
+    let Some(lang) = lang else {
         return Vec::new();
     };
-    let Ok(root) = tree.root() else {
-        return Vec::new();
-    };
-    let lang = language(root.entry());
     let cx = UnitWalk {
         dwarf,
         index,
@@ -397,8 +401,7 @@ fn unit_frames(
         lang,
         addrs: &local,
     };
-    let all: Vec<usize> = (0..local.len()).collect();
-    cx.walk(root, &all, &mut chains, 0, 0);
+    cx.walk(&mut chains);
     chains
         .into_iter()
         .zip(idxs)
@@ -419,88 +422,224 @@ struct UnitWalk<'a, 'u> {
     addrs: &'u [u64],
 }
 
+/// An entry with children the walk is inside.
+struct Scope {
+    /// The depth of its children.
+    depth: isize,
+    /// The addresses inside every function around its children (sorted).
+    cands: Rc<[usize]>,
+    /// How many functions those are.
+    level: usize,
+    /// For a function: the chains its name displaced, put back when their
+    /// entry gave at least as deep a chain (see [`UnitWalk::walk`]).
+    displaced: Option<Vec<(usize, Vec<Option<RawName>>)>>,
+}
+
+/// Where an entry's code is, from its attributes.
+#[derive(Default)]
+struct Pc<'a> {
+    low: Option<AttributeValue<R<'a>>>,
+    high: Option<AttributeValue<R<'a>>>,
+    ranges: Option<AttributeValue<R<'a>>>,
+}
+
 impl<'a> UnitWalk<'a, '_> {
-    /// Walks `node`'s children. `cands` (sorted) are the addresses inside
-    /// every function around `node`; `level` is how many those are.
+    /// Walks the CU's entries once, in order, parsing the attributes of
+    /// functions (`DW_TAG_subprogram`, `DW_TAG_inlined_subroutine`) only and
+    /// skipping the rest by their abbreviations' sizes; a function that holds
+    /// none of the addresses is skipped whole, children included.
     ///
     /// When sibling entries cover the same address (aliases, or a bare
     /// duplicate of a function next to the entry holding its inlined calls),
     /// the one giving the longest chain wins, the first on a tie: every
     /// sibling is looked at, and an earlier claim is put back when it was
     /// at least as deep.
-    fn walk(
-        &self,
-        node: EntriesTreeNode<'_, '_, '_, R<'a>>,
-        cands: &[usize],
-        chains: &mut [Vec<Option<RawName>>],
-        level: usize,
-        depth: usize,
-    ) {
-        if depth >= MAX_DIE_DEPTH {
+    fn walk(&self, chains: &mut [Vec<Option<RawName>>]) {
+        let Ok(mut raw) = self.unit.entries_raw(None) else {
             return;
+        };
+        // The root: its children are where the walk starts.
+        match raw.read_abbreviation() {
+            Ok(Some(root)) if root.has_children() => {
+                if raw.skip_attributes(root.attributes()).is_err() {
+                    return;
+                }
+            }
+            _ => return,
         }
-        let mut children = node.children();
-        while let Ok(Some(child)) = children.next() {
-            let entry = child.entry();
-            match entry.tag() {
-                gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine => {
-                    let inside = self.covered(entry, cands);
-                    if inside.is_empty() || level >= MAX_INLINE_DEPTH {
-                        continue;
-                    }
-                    let name = name_in(self.dwarf, self.index, self.unit, entry, 0)
-                        .map(|n| RawName::new(n, self.lang));
-                    let mut earlier: Vec<(usize, Vec<Option<RawName>>)> = Vec::new();
-                    for &i in &inside {
-                        if chains[i].len() > level {
-                            earlier.push((i, chains[i].split_off(level)));
+        let mut stack = vec![Scope {
+            depth: raw.next_depth(),
+            cands: (0..self.addrs.len()).collect(),
+            level: 0,
+            displaced: None,
+        }];
+        // Entries deeper than this are skipped.
+        let mut skip_below: Option<isize> = None;
+        while !raw.is_empty() && !stack.is_empty() {
+            let offset = raw.next_offset();
+            let depth = raw.next_depth();
+            let abbrev = match raw.read_abbreviation() {
+                Ok(Some(a)) => a,
+                Ok(None) => {
+                    // The end of a list of children.
+                    while stack.last().is_some_and(|s| s.depth > raw.next_depth()) {
+                        if let Some(done) = stack.pop() {
+                            put_back(chains, done);
                         }
-                        chains[i].push(name.clone());
                     }
-                    self.walk(child, &inside, chains, level + 1, depth + 1);
-                    for (i, old) in earlier {
-                        if old.len() >= chains[i].len() - level {
-                            chains[i].truncate(level);
-                            chains[i].extend(old);
-                        }
+                    continue;
+                }
+                Err(_) => break,
+            };
+            if let Some(d) = skip_below {
+                if depth > d {
+                    if raw.skip_attributes(abbrev.attributes()).is_err() {
+                        break;
+                    }
+                    continue;
+                }
+                skip_below = None;
+            }
+            let Some(top) = stack.last() else { break };
+            let is_function = matches!(
+                abbrev.tag(),
+                gimli::DW_TAG_subprogram | gimli::DW_TAG_inlined_subroutine
+            );
+            if !is_function {
+                if raw.skip_attributes(abbrev.attributes()).is_err() {
+                    break;
+                }
+                if abbrev.has_children() {
+                    if depth + 1 >= MAX_DIE_DEPTH as isize {
+                        skip_below = Some(depth);
+                    } else {
+                        let (cands, level) = (Rc::clone(&top.cands), top.level);
+                        stack.push(Scope {
+                            depth: depth + 1,
+                            cands,
+                            level,
+                            displaced: None,
+                        });
                     }
                 }
-                _ if entry.has_children() => self.walk(child, cands, chains, level, depth + 1),
-                _ => {}
+                continue;
             }
+            let mut pc = Pc::default();
+            let mut failed = false;
+            for &spec in abbrev.attributes() {
+                match raw.read_attribute(spec) {
+                    Ok(attr) => match attr.name() {
+                        gimli::DW_AT_low_pc => pc.low = Some(attr.value()),
+                        gimli::DW_AT_high_pc => pc.high = Some(attr.value()),
+                        gimli::DW_AT_ranges => pc.ranges = Some(attr.value()),
+                        _ => {}
+                    },
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if failed {
+                break;
+            }
+            let level = top.level;
+            let inside = self.covered(&pc, &top.cands);
+            if inside.is_empty() || level >= MAX_INLINE_DEPTH {
+                if abbrev.has_children() {
+                    skip_below = Some(depth);
+                }
+                continue;
+            }
+            let name = self
+                .unit
+                .entry(offset)
+                .ok()
+                .and_then(|entry| name_in(self.dwarf, self.index, self.unit, &entry, 0))
+                .map(|n| RawName::new(n, self.lang));
+            let mut displaced = Vec::new();
+            for &i in &inside {
+                if chains[i].len() > level {
+                    displaced.push((i, chains[i].split_off(level)));
+                }
+                chains[i].push(name.clone());
+            }
+            let scope = Scope {
+                depth: depth + 1,
+                cands: inside.into(),
+                level: level + 1,
+                displaced: Some(displaced),
+            };
+            if abbrev.has_children() && depth + 1 < MAX_DIE_DEPTH as isize {
+                stack.push(scope);
+            } else {
+                if abbrev.has_children() {
+                    skip_below = Some(depth);
+                }
+                put_back(chains, scope);
+            }
+        }
+        // Damaged or cut short: close what is open, as its end would have.
+        while let Some(done) = stack.pop() {
+            put_back(chains, done);
         }
     }
 
-    /// The candidates inside `entry`'s address ranges.
-    fn covered(
-        &self,
-        entry: &DebuggingInformationEntry<'_, '_, R<'a>>,
-        cands: &[usize],
-    ) -> Vec<usize> {
+    /// The candidates inside the address ranges `pc` gives.
+    fn covered(&self, pc: &Pc<'a>, cands: &[usize]) -> Vec<usize> {
         let mut inside = Vec::new();
-        let Ok(mut ranges) = self.dwarf.die_ranges(self.unit, entry) else {
-            return inside;
-        };
-        let mut seen = 0;
-        while let Ok(Some(r)) = ranges.next() {
-            seen += 1;
-            if seen > MAX_RANGES {
-                break;
+        let mut take = |begin: u64, end: u64| {
+            if begin == 0 || begin >= end {
+                return;
             }
-            if r.begin == 0 || r.begin >= r.end {
-                continue;
-            }
-            let from = cands.partition_point(|&i| self.addrs[i] < r.begin);
+            let from = cands.partition_point(|&i| self.addrs[i] < begin);
             for &i in &cands[from..] {
-                if self.addrs[i] >= r.end {
+                if self.addrs[i] >= end {
                     break;
                 }
                 inside.push(i);
+            }
+        };
+        if let Some(v) = &pc.ranges {
+            if let Ok(Some(mut list)) = self.dwarf.attr_ranges(self.unit, v.clone()) {
+                let mut seen = 0;
+                while let Ok(Some(r)) = list.next() {
+                    seen += 1;
+                    if seen > MAX_RANGES {
+                        break;
+                    }
+                    take(r.begin, r.end);
+                }
+            }
+        } else if let Some(low) = pc.low.clone() {
+            let begin = self.dwarf.attr_address(self.unit, low).ok().flatten();
+            let end = match (&pc.high, begin) {
+                (Some(AttributeValue::Udata(size)), Some(b)) => b.checked_add(*size),
+                (Some(v), _) => self.dwarf.attr_address(self.unit, v.clone()).ok().flatten(),
+                (None, _) => None,
+            };
+            if let (Some(b), Some(e)) = (begin, end) {
+                take(b, e);
             }
         }
         inside.sort_unstable();
         inside.dedup();
         inside
+    }
+}
+
+/// A function's children are done: the chains it displaced come back where
+/// they were at least as deep as what it gave.
+fn put_back(chains: &mut [Vec<Option<RawName>>], done: Scope) {
+    let Some(displaced) = done.displaced else {
+        return;
+    };
+    let level = done.level - 1;
+    for (i, old) in displaced {
+        if old.len() >= chains[i].len() - level {
+            chains[i].truncate(level);
+            chains[i].extend(old);
+        }
     }
 }
 
