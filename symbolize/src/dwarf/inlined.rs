@@ -601,7 +601,7 @@ impl<'a> UnitWalk<'a, '_> {
             }
         };
         if let Some(v) = &pc.ranges {
-            if let Ok(Some(mut list)) = self.dwarf.attr_ranges(self.unit, v.clone()) {
+            if let Ok(Some(mut list)) = self.dwarf.attr_ranges(self.unit, *v) {
                 let mut seen = 0;
                 while let Ok(Some(r)) = list.next() {
                     seen += 1;
@@ -611,11 +611,11 @@ impl<'a> UnitWalk<'a, '_> {
                     take(r.begin, r.end);
                 }
             }
-        } else if let Some(low) = pc.low.clone() {
+        } else if let Some(low) = pc.low {
             let begin = self.dwarf.attr_address(self.unit, low).ok().flatten();
             let end = match (&pc.high, begin) {
                 (Some(AttributeValue::Udata(size)), Some(b)) => b.checked_add(*size),
-                (Some(v), _) => self.dwarf.attr_address(self.unit, v.clone()).ok().flatten(),
+                (Some(v), _) => self.dwarf.attr_address(self.unit, *v).ok().flatten(),
                 (None, _) => None,
             };
             if let (Some(b), Some(e)) = (begin, end) {
