@@ -21,6 +21,7 @@
 //! a name in a CU beyond what was inflated is left out of the chain.
 //! Damaged DWARF leaves addresses unnamed, never fails the fold.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -334,19 +335,21 @@ fn make_unit<'a>(dwarf: &gimli::Dwarf<R<'a>>, header: UnitHeader<R<'a>>) -> Opti
 }
 
 /// The starts of the CUs in the inflated part of `.debug_info`, found when a
-/// name first points into another CU.
+/// name first points into another CU, and the CUs built for such names (a
+/// Rust CU's inlined calls name functions of a few other CUs, many times).
 #[derive(Default)]
-struct UnitIndex {
+struct UnitIndex<'a> {
     starts: OnceLock<Vec<u64>>,
+    units: Mutex<HashMap<u64, Arc<Unit<R<'a>>>>>,
 }
 
-impl UnitIndex {
+impl<'a> UnitIndex<'a> {
     /// The CU holding the entry at `offset`.
-    fn unit_of<'a>(
+    fn unit_of(
         &self,
         dwarf: &gimli::Dwarf<R<'a>>,
         offset: DebugInfoOffset,
-    ) -> Option<Unit<R<'a>>> {
+    ) -> Option<Arc<Unit<R<'a>>>> {
         let starts = self.starts.get_or_init(|| {
             let mut v = Vec::new();
             let mut iter = dwarf.units();
@@ -359,18 +362,23 @@ impl UnitIndex {
         });
         let at = starts.partition_point(|&s| s <= offset.0 as u64);
         let start = *starts.get(at.checked_sub(1)?)?;
+        if let Some(u) = self.units.lock().ok()?.get(&start) {
+            return Some(Arc::clone(u));
+        }
         let header = dwarf
             .debug_info
             .header_from_offset(DebugInfoOffset(start as usize))
             .ok()?;
-        make_unit(dwarf, header)
+        let unit = Arc::new(make_unit(dwarf, header)?);
+        self.units.lock().ok()?.insert(start, Arc::clone(&unit));
+        Some(unit)
     }
 }
 
 /// The chains of the addresses `idxs` (in address order) in the CU at `unit_offset`.
-fn unit_frames(
-    dwarf: &gimli::Dwarf<R<'_>>,
-    index: &UnitIndex,
+fn unit_frames<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    index: &UnitIndex<'a>,
     unit_offset: u64,
     idxs: &[usize],
     addrs: &[u64],
@@ -415,7 +423,7 @@ fn unit_frames(
 /// One CU's walk for a set of addresses.
 struct UnitWalk<'a, 'u> {
     dwarf: &'u gimli::Dwarf<R<'a>>,
-    index: &'u UnitIndex,
+    index: &'u UnitIndex<'a>,
     unit: &'u Unit<R<'a>>,
     lang: Language,
     /// The addresses, sorted.
@@ -646,7 +654,7 @@ fn put_back(chains: &mut [Vec<Option<RawName>>], done: Scope) {
 /// The name of the function `entry` is (or is an inlined copy of).
 fn name_in<'a>(
     dwarf: &gimli::Dwarf<R<'a>>,
-    index: &UnitIndex,
+    index: &UnitIndex<'a>,
     unit: &Unit<R<'a>>,
     entry: &DebuggingInformationEntry<'_, '_, R<'a>>,
     hops: usize,
