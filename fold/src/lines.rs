@@ -18,7 +18,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 use std::sync::Arc;
 
@@ -132,23 +132,25 @@ impl Stacks {
 
     /// Writes `line COUNT` per line, each spelled into one reused buffer.
     pub fn write_folded<W: Write>(&self, out: &mut W) -> io::Result<()> {
-        let mut buf = String::new();
-        for i in 0..self.len() {
-            buf.clear();
-            let w = match &self.0 {
-                Repr::Text(t) => {
-                    buf.push_str(&t[i].0);
-                    t[i].1
+        match &self.0 {
+            Repr::Text(t) => {
+                for (line, w) in t {
+                    writeln!(out, "{line} {w}")?;
                 }
-                Repr::Ids { lines, .. } => {
-                    self.spell(&lines[i].0, &mut buf);
-                    lines[i].1
+            }
+            Repr::Ids {
+                lines,
+                roots,
+                names,
+            } => {
+                let mut buf = String::new();
+                for (line, w) in lines {
+                    buf.clear();
+                    spell_into(roots, names, line, &mut buf);
+                    let _ = writeln!(buf, " {w}");
+                    out.write_all(buf.as_bytes())?;
                 }
-            };
-            buf.push(' ');
-            buf.push_str(itoa_u64(w, &mut [0u8; 20]));
-            buf.push('\n');
-            out.write_all(buf.as_bytes())?;
+            }
         }
         Ok(())
     }
@@ -170,20 +172,6 @@ fn spell_into(roots: &[String], names: &[String], (root, funcs): &Line, s: &mut 
         s.push(';');
         s.push_str(names(f));
     }
-}
-
-/// `n` in decimal, in `buf`.
-fn itoa_u64(mut n: u64, buf: &mut [u8; 20]) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    std::str::from_utf8(&buf[i..]).unwrap_or("0")
 }
 
 impl From<Vec<(String, u64)>> for Stacks {

@@ -60,8 +60,9 @@ impl Spool {
 
     /// Writes what is queued, waits for the thread and returns its first error.
     pub(crate) fn close(mut self) -> io::Result<()> {
-        self.hand_over()?;
-        self.finish()
+        let handed = self.hand_over();
+        // The thread's own error says more than "writing failed" does.
+        self.finish().and(handed)
     }
 
     fn finish(&mut self) -> io::Result<()> {
