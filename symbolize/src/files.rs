@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use flamerec_format::{FrameId, Module};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
-use symbolic_debuginfo::elf::ElfObject;
 
 use crate::cache::{AddressTable, SymbolCache};
 use crate::elf::sections::Reader;
@@ -218,7 +217,7 @@ pub(crate) fn with_binary<R>(
 ) -> Result<R, Unusable> {
     let path = Path::new(&m.path);
     let bin = elf::read_elf(path)?;
-    let obj = ElfObject::parse(&bin.data).map_err(|_| Unusable::NotElf)?;
+    let obj = elf::Object::parse(&bin.data).ok_or(Unusable::NotElf)?;
     if !elf::build_id_matches(&obj, &m.build_id) {
         return Err(Unusable::BuildIdMismatch);
     }
@@ -227,8 +226,8 @@ pub(crate) fn with_binary<R>(
     } else {
         let own_id;
         let id = if m.build_id.is_empty() {
-            own_id = obj.code_id().and_then(|c| elf::unhex(c.as_str()));
-            own_id.as_deref().unwrap_or_default()
+            own_id = obj.build_id();
+            own_id.unwrap_or_default()
         } else {
             &m.build_id
         };
@@ -236,7 +235,7 @@ pub(crate) fn with_binary<R>(
     };
     let debug_obj = debug_file
         .as_ref()
-        .and_then(|d| Some((ElfObject::parse(&d.data).ok()?, d.dwarf_on_disk.clone())));
+        .and_then(|d| Some((elf::Object::parse(&d.data)?, d.dwarf_on_disk.clone())));
     let binary = Binary::new(
         &bin.data,
         (&obj, bin.dwarf_on_disk.clone()),

@@ -11,13 +11,12 @@ use std::fs::File;
 use std::sync::{Arc, OnceLock};
 
 use symbolic_common::Language;
-use symbolic_debuginfo::elf::ElfObject;
 
 use crate::dwarf::DwarfFile;
 use crate::elf::plt::{StubName, Stubs};
 use crate::elf::sections::Reader;
 use crate::elf::symtab::{function_names, FunctionIndex};
-use crate::elf::{file_offset_to_vaddr, load_segments, Segment};
+use crate::elf::{file_offset_to_vaddr, load_segments, Object, Segment};
 use crate::types::{RawName, Unusable, PLT_SUFFIX};
 
 /// A binary ready for lookups by file offset.
@@ -29,7 +28,7 @@ pub(crate) struct Binary<'a, 'd> {
     load_address: u64,
     /// Where the symbol table comes from (read at the first lookup, while
     /// DWARF inflates on another thread).
-    symbol_source: &'a ElfObject<'d>,
+    symbol_source: &'a Object<'d>,
     /// The symbol table sorted, for a binary asked many times
     /// ([`Binary::index_symbols`]); without it each lookup passes over it.
     index: OnceLock<FunctionIndex<'d>>,
@@ -43,8 +42,8 @@ impl<'a, 'd> Binary<'a, 'd> {
     /// Without `want_dwarf`, only the symbol table is used.
     pub(crate) fn new(
         binary: &'d [u8],
-        obj: (&'a ElfObject<'d>, Option<Arc<File>>),
-        debug: Option<(&'a ElfObject<'d>, Option<Arc<File>>)>,
+        obj: (&'a Object<'d>, Option<Arc<File>>),
+        debug: Option<(&'a Object<'d>, Option<Arc<File>>)>,
         want_dwarf: bool,
         prefetched: Option<Reader<'static>>,
     ) -> Result<Self, Unusable> {
@@ -177,14 +176,14 @@ mod tests {
 
     #[test]
     fn garbage_is_not_elf() {
-        assert!(ElfObject::parse(b"definitely not an ELF file").is_err());
+        assert!(Object::parse(b"definitely not an ELF file").is_none());
     }
 
     #[test]
     fn own_binary_names_its_functions_with_dwarf() {
         let exe = std::env::current_exe().expect("exe");
         let data = std::fs::read(exe).expect("read");
-        let obj = ElfObject::parse(&data).expect("parse");
+        let obj = Object::parse(&data).expect("parse");
         let bin = Binary::new(&data, (&obj, None), None, true, None).expect("binary");
         assert!(bin.has_dwarf(), "test binaries are built with debug info");
         let out = bin.lookup_all(&[u64::MAX, 0]);

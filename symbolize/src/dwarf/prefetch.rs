@@ -176,16 +176,15 @@ fn info_reader(path: &Path) -> Option<Reader<'static>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elf::{hex, unhex};
-    use symbolic_debuginfo::elf::ElfObject;
+    use crate::elf::{hex, Object};
 
     /// A separate debug file of this test binary with zlib-compressed DWARF,
     /// at its build-id path under a fresh debug directory.
     fn debug_dir() -> (tempfile::TempDir, Vec<u8>, PathBuf) {
         let exe = std::env::current_exe().expect("exe");
         let data = std::fs::read(&exe).expect("read");
-        let obj = ElfObject::parse(&data).expect("ELF");
-        let id = unhex(obj.code_id().expect("build id").as_str()).expect("hex");
+        let obj = Object::parse(&data).expect("ELF");
+        let id = obj.build_id().expect("build id").to_vec();
         let dir = tempfile::tempdir().expect("temp dir");
         let h = hex(&id);
         let path = dir

@@ -10,9 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use symbolic_debuginfo::elf::ElfObject;
-
 use super::file::{build_id_matches, hex, read_elf, ElfFile};
+use super::object::Object;
 
 /// Where distributions install debug files.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -36,7 +35,7 @@ pub(crate) fn build_id_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
 /// Returns the file as read; the caller parses it again to borrow from it.
 pub(crate) fn find(
     binary_path: &Path,
-    obj: &ElfObject<'_>,
+    obj: &Object<'_>,
     build_id: &[u8],
     debug_dirs: &[PathBuf],
 ) -> Option<ElfFile> {
@@ -48,8 +47,8 @@ pub(crate) fn find(
             return Some(data);
         }
     }
-    let link = obj.debug_link().ok().flatten()?;
-    let name = Path::new(link.filename().to_str().ok()?);
+    let (name, crc) = obj.debug_link()?;
+    let name = Path::new(std::str::from_utf8(name).ok()?);
     // Only a plain file name: a link must not point elsewhere (`../../x`).
     if name.components().count() != 1 || name.file_name().is_none() {
         return None;
@@ -61,7 +60,7 @@ pub(crate) fn find(
     }
     candidates
         .iter()
-        .find_map(|c| usable(c, binary_path, build_id, Some(link.crc())))
+        .find_map(|c| usable(c, binary_path, build_id, Some(crc)))
 }
 
 /// Reads `path` when it is another file than the binary, parses as ELF, and
@@ -71,7 +70,7 @@ fn usable(path: &Path, binary_path: &Path, build_id: &[u8], crc: Option<u32>) ->
         return None;
     }
     let file = read_elf(path).ok()?;
-    let obj = ElfObject::parse(&file.data).ok()?;
+    let obj = Object::parse(&file.data)?;
     let same_build = if build_id.is_empty() {
         // The CRC covers the whole file, not what a sparse read kept.
         crc.is_some_and(|c| std::fs::read(path).is_ok_and(|all| crc32fast::hash(&all) == c))

@@ -14,8 +14,8 @@ use goblin::elf::program_header::{ProgramHeader, PT_DYNAMIC, PT_INTERP, PT_LOAD,
 use goblin::elf::section_header::{SectionHeader, SHT_NOBITS, SHT_NULL, SHT_PROGBITS};
 use goblin::elf::Elf;
 use memmap2::MmapMut;
-use symbolic_debuginfo::elf::ElfObject;
 
+use super::object::Object;
 use super::plt::STUB_SECTIONS;
 use crate::types::Unusable;
 
@@ -204,13 +204,8 @@ pub(crate) fn file_offset_to_vaddr(segments: &[Segment], file_offset: u64) -> Op
 
 /// Whether `obj` carries `expected` as its GNU build id (any id passes when
 /// `expected` is empty: nothing was recorded to compare with).
-pub(crate) fn build_id_matches(obj: &ElfObject<'_>, expected: &[u8]) -> bool {
-    if expected.is_empty() {
-        return true;
-    }
-    let expected = hex(expected);
-    obj.code_id()
-        .is_some_and(|id| id.as_str().eq_ignore_ascii_case(&expected))
+pub(crate) fn build_id_matches(obj: &Object<'_>, expected: &[u8]) -> bool {
+    expected.is_empty() || obj.build_id() == Some(expected)
 }
 
 /// The `PT_LOAD` segments of an ELF image.
@@ -230,17 +225,6 @@ pub(crate) fn load_segments(data: &[u8]) -> Option<Vec<Segment>> {
             })
             .collect(),
     )
-}
-
-/// Bytes of a hex string (a build id as symbolic prints it).
-pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
-    s.as_bytes()
-        .chunks(2)
-        .map(|pair| match pair {
-            [hi, lo] => u8::from_str_radix(std::str::from_utf8(&[*hi, *lo]).ok()?, 16).ok(),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Lower-case hex of `bytes`.
@@ -294,15 +278,17 @@ mod tests {
 
     #[test]
     fn own_binary_checks_build_id() {
-        let Ok(exe) = std::env::current_exe() else {
-            return;
-        };
-        let Ok(data) = std::fs::read(exe) else {
-            return;
-        };
-        let obj = ElfObject::parse(&data).expect("own binary parses");
+        let exe = std::env::current_exe().expect("exe");
+        let data = std::fs::read(exe).expect("read");
+        let obj = Object::parse(&data).expect("own binary parses");
+        let own = obj
+            .build_id()
+            .expect("rustc links with a build id")
+            .to_vec();
+        assert!(build_id_matches(&obj, &own));
         assert!(build_id_matches(&obj, &[]));
         assert!(!build_id_matches(&obj, &[0xde, 0xad]));
+        assert!(!build_id_matches(&obj, &own[1..]), "a prefix is another id");
         assert!(load_segments(&data).is_some_and(|s| !s.is_empty()));
     }
 
@@ -317,6 +303,15 @@ mod tests {
         let sparse = sparse.data.to_vec();
         assert_eq!(full.len(), sparse.len());
         assert_ne!(full, sparse, "code sections are skipped");
+        let (ours_a, ours_b) = (
+            Object::parse(&full).expect("full"),
+            Object::parse(&sparse).expect("sparse"),
+        );
+        assert_eq!(ours_a.build_id(), ours_b.build_id());
+        assert_eq!(ours_a.has_symbols(), ours_b.has_symbols());
+        assert_eq!(ours_a.has_debug_info(), ours_b.has_debug_info());
+        assert_eq!(ours_a.debug_link(), ours_b.debug_link());
+        use symbolic_debuginfo::elf::ElfObject;
         let (a, b) = (
             ElfObject::parse(&full).expect("full"),
             ElfObject::parse(&sparse).expect("sparse"),

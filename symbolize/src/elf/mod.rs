@@ -1,5 +1,6 @@
 //! ELF binaries: reading one defensively ([`read_elf`]: only what naming
-//! needs, checked against the recorded build id), its symbol tables
+//! needs, checked against the recorded build id), its headers
+//! ([`Object`]: build id, load address, what it carries), its symbol tables
 //! (`symtab`), its PLT stubs (`plt`), its sections (`sections`, DWARF
 //! inflated lazily) and the separate debug files that hold what it was
 //! stripped of (`debugfile`).
@@ -9,11 +10,12 @@
 
 pub(crate) mod debugfile;
 mod file;
+mod object;
 pub(crate) mod plt;
 pub(crate) mod sections;
 pub(crate) mod symtab;
 
 pub(crate) use file::{
-    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, read_elf_headers, unhex,
-    Segment,
+    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, read_elf_headers, Segment,
 };
+pub(crate) use object::Object;
