@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::elf::debugfile::build_id_path;
-use crate::elf::read_elf_headers;
+use crate::elf::read_elf;
 use crate::elf::sections::{Reader, Sections};
 
 /// Debug files smaller than this are not worth a head start.
@@ -166,7 +166,7 @@ fn run(shared: &Shared, build_ids: &[Vec<u8>], debug_dirs: &[PathBuf]) {
 
 /// A reader of the compressed `.debug_info` of the file at `path`.
 fn info_reader(path: &Path) -> Option<Reader<'static>> {
-    let elf = read_elf_headers(path)?;
+    let elf = read_elf(path).ok()?;
     let file = elf.dwarf_on_disk?;
     let sections = Sections::parse(&elf.data, Some(file))?;
     let info = sections.debug("info")?.into_file_backed()?;

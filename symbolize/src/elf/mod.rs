@@ -16,6 +16,6 @@ pub(crate) mod sections;
 pub(crate) mod symtab;
 
 pub(crate) use file::{
-    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, read_elf_headers, Segment,
+    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, Segment,
 };
 pub(crate) use object::Object;
