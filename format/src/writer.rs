@@ -2,8 +2,9 @@
 //! records of the current chunk and writes each chunk compressed, with its
 //! length and checksum, so a file cut off anywhere keeps every earlier chunk.
 
-use std::collections::HashMap;
 use std::io::Write;
+
+use rustc_hash::FxHashMap;
 
 use crate::codec::{put_bytes, put_i64, put_u64, zigzag};
 use crate::error::FormatError;
@@ -32,13 +33,13 @@ pub struct Writer<W: Write> {
     new_ksyms: Vec<(u64, u64, StringId, StringId)>,
     /// (distance back to the parent, frame) of nodes new in this chunk.
     new_nodes: Vec<(u32, FrameId)>,
-    strings: HashMap<String, StringId>,
-    modules: HashMap<Module, ModuleId>,
-    frames: HashMap<Frame, FrameId>,
+    strings: FxHashMap<String, StringId>,
+    modules: FxHashMap<Module, ModuleId>,
+    frames: FxHashMap<Frame, FrameId>,
     /// The same, by id (for readers of the tables while recording).
     module_list: Vec<Module>,
     frame_list: Vec<Frame>,
-    nodes: HashMap<(StackId, FrameId), StackId>,
+    nodes: FxHashMap<(StackId, FrameId), StackId>,
     next_node: StackId,
     /// Frames some node references: ids below this.
     referenced_frames: FrameId,
@@ -85,12 +86,12 @@ impl<W: Write> Writer<W> {
             new_frames: Vec::new(),
             new_ksyms: Vec::new(),
             new_nodes: Vec::new(),
-            strings: HashMap::new(),
-            modules: HashMap::new(),
-            frames: HashMap::new(),
+            strings: FxHashMap::default(),
+            modules: FxHashMap::default(),
+            frames: FxHashMap::default(),
             module_list: Vec::new(),
             frame_list: Vec::new(),
-            nodes: HashMap::new(),
+            nodes: FxHashMap::default(),
             next_node: 1,
             referenced_frames: 0,
             period_us: 1_000_000u64.checked_div(meta.frequency_hz).unwrap_or(0),
@@ -312,7 +313,7 @@ impl<W: Write> Writer<W> {
             }
             // Code addresses of one module cluster: store each as the
             // distance from the previous address in the same module.
-            let mut last: HashMap<ModuleId, u64> = HashMap::new();
+            let mut last: FxHashMap<ModuleId, u64> = FxHashMap::default();
             for f in &self.new_frames {
                 let prev = last.insert(f.module, f.address).unwrap_or(0);
                 put_i64(&mut b, f.address.wrapping_sub(prev) as i64);
@@ -386,7 +387,7 @@ impl<W: Write> Writer<W> {
         // A thread sampled again after one period: its time is the distance
         // from its own last sample, less the period — jitter, mostly.
         // Otherwise the distance from the previous sample of the block.
-        let mut last: HashMap<u32, u64> = HashMap::new();
+        let mut last: FxHashMap<u32, u64> = FxHashMap::default();
         for s in &self.pending {
             let us = s.time_ns / 1000;
             let v = match last.insert(s.tid, us) {
