@@ -105,8 +105,11 @@ impl Tables {
 enum Item {
     Str(String),
     Module(ModuleKind, u32, Vec<u8>),
-    Frame(Frame),
-    Node(StackId, FrameId),
+    /// The frames of one record.
+    Frames(Vec<Frame>),
+    /// The (parent, frame) pairs of one record: tens of thousands in a
+    /// chunk of deep stacks, kept 8 bytes each rather than an item each.
+    Nodes(Vec<(StackId, FrameId)>),
     Ksym(u64, u64, u32, u32),
     Meta(Box<Metadata>),
     Comm(u64, u32, u32, u32, bool),
@@ -410,13 +413,15 @@ impl<R: Read> Reader<R> {
                         mods.push(check(c.u64("frame module")?, modules, "frame module")?);
                     }
                     let mut last: FxHashMap<u32, u64> = Default::default();
+                    let mut out = Vec::with_capacity(n);
                     for module in mods {
                         let delta = c.i64("frame address")?;
                         let prev = last.get(&module).copied().unwrap_or(0);
                         let address = prev.wrapping_add(delta as u64);
                         last.insert(module, address);
-                        items.push(Item::Frame(Frame { module, address }));
+                        out.push(Frame { module, address });
                     }
+                    items.push(Item::Frames(out));
                     frames += n as u64;
                     continue;
                 }
@@ -426,6 +431,7 @@ impl<R: Read> Reader<R> {
                     for _ in 0..n {
                         backs.push(c.u64("stack node parent")?);
                     }
+                    let mut out = Vec::with_capacity(n);
                     let mut prev_frame = 0i64;
                     for back in backs {
                         if back == 0 || back > nodes {
@@ -452,8 +458,9 @@ impl<R: Read> Reader<R> {
                         if nodes > u64::from(u32::MAX) {
                             return Err(DecodeFail("stack node count"));
                         }
-                        items.push(Item::Node(parent, frame));
+                        out.push((parent, frame));
                     }
+                    items.push(Item::Nodes(out));
                     items.push(Item::ReferencedFrames(referenced));
                     continue;
                 }
@@ -463,6 +470,7 @@ impl<R: Read> Reader<R> {
                     for _ in 0..n {
                         backs.push(c.u64("stack node parent")?);
                     }
+                    let mut out = Vec::with_capacity(n);
                     let mut prev_frame = 0i64;
                     for back in backs {
                         if back == 0 || back > nodes {
@@ -480,8 +488,9 @@ impl<R: Read> Reader<R> {
                         if nodes > u64::from(u32::MAX) {
                             return Err(DecodeFail("stack node count"));
                         }
-                        items.push(Item::Node(parent, frame));
+                        out.push((parent, frame));
                     }
+                    items.push(Item::Nodes(out));
                     continue;
                 }
                 tag::KSYMS => {
@@ -583,8 +592,8 @@ impl<R: Read> Reader<R> {
                         build_id,
                     });
                 }
-                Item::Frame(f) => self.tables.frames.push(f),
-                Item::Node(p, f) => self.tables.nodes.push((p, f)),
+                Item::Frames(f) => append(&mut self.tables.frames, f),
+                Item::Nodes(n) => append(&mut self.tables.nodes, n),
                 Item::ReferencedFrames(n) => self.tables.referenced_frames = n,
                 Item::Ksym(start, size, name, module) => {
                     let k = KernelSymbol {
@@ -623,6 +632,15 @@ impl<R: Read> Reader<R> {
             }
         }
         events
+    }
+}
+
+/// Appends `more` to `table`, taking it whole when the table is empty.
+fn append<T>(table: &mut Vec<T>, mut more: Vec<T>) {
+    if table.is_empty() {
+        *table = more;
+    } else {
+        table.append(&mut more);
     }
 }
 

@@ -17,7 +17,7 @@ use crate::elf::debugfile;
 use crate::files;
 use crate::jit::JitMaps;
 use crate::kernel::{self, KernelTable};
-use crate::names::{basename, sanitize, unresolved};
+use crate::names::{basename, sanitize, sanitize_owned, unresolved};
 use crate::types::Unusable;
 use crate::{Embedded, FuncId, Function, NameOptions, Symbols};
 
@@ -356,14 +356,15 @@ fn unresolved_frames(
     // that still coincide).
     let mut functions: Vec<Function> = Vec::new();
     let mut last = None;
+    let module = base.to_string();
     let out = frames
         .iter()
         .map(|&(frame, addr)| {
             if last != Some(addr) || functions.is_empty() {
                 last = Some(addr);
                 functions.push(Function {
-                    name: sanitize(&unresolved(base, addr)),
-                    module: base.to_string(),
+                    name: sanitize_owned(unresolved(base, addr)),
+                    module: module.clone(),
                 });
             }
             (frame, vec![(functions.len() - 1) as u32])
