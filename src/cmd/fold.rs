@@ -117,6 +117,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             w.flush()?;
         }
     }
+    // The process ends next and the OS takes the memory back at once:
+    // freeing a profile's names one by one (tens of thousands for a
+    // frame-pointer recording of code built without them) was 4% of a fold.
+    std::mem::forget(profile);
     Ok(ExitCode::SUCCESS)
 }
 
