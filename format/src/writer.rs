@@ -40,6 +40,8 @@ pub struct Writer<W: Write> {
     module_list: Vec<Module>,
     frame_list: Vec<Frame>,
     nodes: FxHashMap<(StackId, FrameId), StackId>,
+    /// The last stack interned, root first: each frame and its node.
+    last_path: Vec<(FrameId, StackId)>,
     next_node: StackId,
     /// Frames some node references: ids below this.
     referenced_frames: FrameId,
@@ -92,6 +94,7 @@ impl<W: Write> Writer<W> {
             module_list: Vec::new(),
             frame_list: Vec::new(),
             nodes: FxHashMap::default(),
+            last_path: Vec::new(),
             next_node: 1,
             referenced_frames: 0,
             period_us: 1_000_000u64.checked_div(meta.frequency_hz).unwrap_or(0),
@@ -151,8 +154,21 @@ impl<W: Write> Writer<W> {
 
     /// Interns a stack given root first, returning its leaf node.
     pub fn stack(&mut self, root_first: &[FrameId]) -> StackId {
-        let mut node: StackId = 0;
-        for &frame in root_first {
+        // Consecutive samples (a thread's, drained together) mostly share
+        // their outer frames: those are found on the last stack's path,
+        // without a lookup each (they were a sixth of the recorder's CPU
+        // on a cargo build's 100-frame stacks).
+        let same = root_first
+            .iter()
+            .zip(&self.last_path)
+            .take_while(|(f, (g, _))| *f == g)
+            .count();
+        let mut node: StackId = match same {
+            0 => 0,
+            n => self.last_path[n - 1].1,
+        };
+        self.last_path.truncate(same);
+        for &frame in &root_first[same..] {
             node = match self.nodes.get(&(node, frame)) {
                 Some(&n) => n,
                 None => {
@@ -164,6 +180,7 @@ impl<W: Write> Writer<W> {
                     id
                 }
             };
+            self.last_path.push((frame, node));
         }
         node
     }

@@ -174,6 +174,16 @@ fn stacks_are_interned() {
     let s3 = w.stack(&[a]);
     assert_eq!(s1, s2);
     assert_ne!(s1, s3);
+    // Whatever the stack before (a prefix, another root, a longer one, none),
+    // a stack interns to the same node.
+    let s4 = w.stack(&[b, a]);
+    assert_ne!(s4, s1);
+    assert_eq!(w.stack(&[a, b, a]), w.stack(&[a, b, a]));
+    assert_eq!(w.stack(&[a, b]), s1);
+    assert_eq!(w.stack(&[]), 0);
+    assert_eq!(w.stack(&[a]), s3);
+    assert_eq!(w.stack(&[b, a]), s4);
+    assert_eq!(w.stack(&[a, b]), s1);
     assert_eq!(
         w.frame(Frame {
             module: m,

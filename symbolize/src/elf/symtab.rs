@@ -143,8 +143,13 @@ fn for_each_function(
 /// a sort, then a binary search per address, where [`function_names`]
 /// passes over every symbol per call. Same answers.
 pub(crate) struct FunctionIndex<'d> {
-    /// Sorted by address, the first read last among those at one address.
+    /// The symbols in reading order (a symbol's `order` is its place here).
     symbols: Vec<Candidate>,
+    /// One key per symbol, sorted: its address in the high 64 bits, then
+    /// `u32::MAX - order` (the first read last among those at one address).
+    /// Sorting these 16-byte keys rather than the 40-byte symbols took a
+    /// third off indexing librustc_driver's 150,000 functions.
+    sorted: Vec<u128>,
     names: [&'d [u8]; 2],
 }
 
@@ -154,16 +159,28 @@ impl<'d> FunctionIndex<'d> {
     pub(crate) fn new(data: &'d [u8], load_address: u64) -> Self {
         let mut symbols = Vec::new();
         let names = for_each_function(data, load_address, |c| symbols.push(c));
-        symbols.sort_unstable_by_key(|c| (c.address, std::cmp::Reverse(c.order)));
-        FunctionIndex { symbols, names }
+        // `order` saturates; past u32::MAX symbols the keys no longer name
+        // their symbol, so such a table keeps only what fits.
+        symbols.truncate(u32::MAX as usize);
+        let mut sorted: Vec<u128> = symbols
+            .iter()
+            .map(|c| (u128::from(c.address) << 64) | u128::from(u32::MAX - c.order))
+            .collect();
+        sorted.sort_unstable();
+        FunctionIndex {
+            symbols,
+            sorted,
+            names,
+        }
     }
 
     /// The function names at `rels`, as [`function_names`] gives them.
     pub(crate) fn names(&self, rels: &[u64]) -> Vec<Option<&'d str>> {
         rels.iter()
             .map(|&q| {
-                let i = self.symbols.partition_point(|c| c.address <= q);
-                let f = self.symbols.get(i.checked_sub(1)?)?;
+                let i = self.sorted.partition_point(|&k| (k >> 64) as u64 <= q);
+                let key = *self.sorted.get(i.checked_sub(1)?)?;
+                let f = self.symbols.get((u32::MAX - key as u32) as usize)?;
                 // Without a size it reaches to the next symbol.
                 (f.size == 0 || q - f.address < f.size)
                     .then(|| self.names.get(f.table).and_then(|t| name_at(t, f.name)))
