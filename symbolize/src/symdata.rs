@@ -32,6 +32,10 @@ pub(crate) struct Binary<'a, 'd> {
     /// The symbol table sorted, for a binary asked many times
     /// ([`Binary::index_symbols`]); without it each lookup passes over it.
     index: OnceLock<FunctionIndex<'d>>,
+    /// Its PLT stubs, decoded the first time a lookup falls in them: a
+    /// binary kept open meets them batch after batch, and decoding reads
+    /// every relocation (librustc_driver has 118,000).
+    stubs: OnceLock<Stubs>,
     dwarf: Option<DwarfFile<'d>>,
 }
 
@@ -58,6 +62,7 @@ impl<'a, 'd> Binary<'a, 'd> {
             load_address: src.load_address(),
             symbol_source,
             index: OnceLock::new(),
+            stubs: OnceLock::new(),
             dwarf: want_dwarf
                 .then(|| DwarfFile::new(src.data(), src_file, prefetched))
                 .flatten(),
@@ -119,7 +124,19 @@ impl<'a, 'd> Binary<'a, 'd> {
 
     /// The symbol-table functions covering `vaddrs`, and the PLT stubs.
     fn symbols(&self, vaddrs: &[u64]) -> Vec<Option<RawName>> {
-        let stubs = Stubs::of(self.image, vaddrs);
+        let found;
+        let stubs = match self.stubs.get() {
+            Some(s) => s,
+            None => {
+                // Empty unless one of `vaddrs` is in a stub section.
+                found = Stubs::of(self.image, vaddrs);
+                if found.is_empty() {
+                    &found
+                } else {
+                    self.stubs.get_or_init(|| found)
+                }
+            }
+        };
         // A local IFUNC's stub is named after the function at its resolver.
         let mut asked = vaddrs.to_vec();
         let stub_names: Vec<Option<&StubName>> = vaddrs

@@ -151,7 +151,6 @@ impl Stubs {
     }
 
     /// Whether there are none.
-    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.stubs.is_empty()
     }
