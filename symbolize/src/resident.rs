@@ -11,7 +11,6 @@
 //! first and opens again when asked again. What a binary's thread looks up
 //! goes to the symbol cache as it grows and when it closes.
 
-use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -211,11 +210,12 @@ fn serve(
     let cache = opts.cache_dir.clone().map(SymbolCache::new);
     let dirs = &opts.debug_dirs;
     let mut table = cached_table(cache.as_ref(), m, dirs, true);
+    let mut demangled = FxHashMap::default();
     let mut batches = asked.iter();
     let mut first_miss = None;
     for frames in batches.by_ref() {
         if frames.iter().all(|(_, o)| table.entries.contains_key(o)) {
-            let _ = answer.send(Answer::Names(chains(&table, &frames)));
+            let _ = answer.send(Answer::Names(chains(&table, &frames, &mut demangled)));
         } else {
             first_miss = Some(frames);
             break;
@@ -246,7 +246,7 @@ fn serve(
                     table.entries.extend(missing.into_iter().zip(found));
                     saver.grew(&table);
                 }
-                let _ = answer.send(Answer::Names(chains(&table, &frames)));
+                let _ = answer.send(Answer::Names(chains(&table, &frames, &mut demangled)));
             }
         },
     );
@@ -310,10 +310,14 @@ impl<'m> Saver<'m> {
     }
 }
 
-/// The demangled names of `frames` from `table` (each distinct name
-/// demangled once).
-fn chains(table: &AddressTable, frames: &[(FrameId, u64)]) -> Vec<(FrameId, Vec<String>)> {
-    let mut demangled: HashMap<&RawName, String> = HashMap::new();
+/// The demangled names of `frames` from `table`, each distinct name
+/// demangled once for the binary's whole recording (`demangled` lives as
+/// long as its thread: later batches name the same functions again).
+fn chains(
+    table: &AddressTable,
+    frames: &[(FrameId, u64)],
+    demangled: &mut FxHashMap<RawName, String>,
+) -> Vec<(FrameId, Vec<String>)> {
     frames
         .iter()
         .map(|&(frame, offset)| {
@@ -323,7 +327,14 @@ fn chains(table: &AddressTable, frames: &[(FrameId, u64)]) -> Vec<(FrameId, Vec<
                 .map(|names| {
                     names
                         .iter()
-                        .map(|r| demangled.entry(r).or_insert_with(|| r.demangle()).clone())
+                        .map(|r| match demangled.get(r) {
+                            Some(d) => d.clone(),
+                            None => {
+                                let d = r.demangle();
+                                demangled.insert(r.clone(), d.clone());
+                                d
+                            }
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
