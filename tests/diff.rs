@@ -427,10 +427,25 @@ fn the_gate_knows_time_runs_and_noise() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(err.contains("cpu_mix_beta ("), "{err}");
-    // The other leaves did not change, and interrupt entry frames are not
-    // the program's: none is named.
-    for innocent in ["cpu_mix_alpha", "cpu_mix_gamma", "asm_"] {
-        assert!(!err.contains(innocent), "{innocent} did not trip: {err}");
+    // Interrupt entry frames are not the program's: never named.
+    assert!(!err.contains("asm_"), "interrupt frames named: {err}");
+    // The other leaves did not change. Each is named only past its own 99%
+    // interval, which an unchanged function crosses about once in a hundred
+    // comparisons by construction (one stress round saw gamma at +9.5%,
+    // interval +0.5…+19.4%, and named): asserting it never happens would
+    // fail at that rate. What must hold is that beta is named first and the
+    // innocents' estimates stay near zero: their time ratios have ≈ 3.7
+    // points of standard error under two busy loops (gamma's interval
+    // above), so ±15 points is 4σ, while beta's +20 is found within ±10.
+    let first_leaf = ["cpu_mix_alpha (", "cpu_mix_beta (", "cpu_mix_gamma ("]
+        .into_iter()
+        .filter_map(|n| err.find(n).map(|at| (at, n)))
+        .min();
+    assert_eq!(first_leaf.map(|(_, n)| n), Some("cpu_mix_beta ("), "{err}");
+    for innocent in ["cpu_mix_alpha", "cpu_mix_gamma"] {
+        let f = function(&v, innocent);
+        let (est, _, _) = interval(&f["time_change_pct"]);
+        assert!(est.abs() < 15.0, "{innocent} moved: {f}");
     }
     let b = function(&v, "cpu_mix_beta");
     let (est, _, high) = interval(&b["time_change_pct"]);
