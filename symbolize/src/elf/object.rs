@@ -9,47 +9,37 @@
 //! questions. Symbol tables are read later, by `symtab`, only as far as
 //! lookups need.
 
-use goblin::container::{Ctx, Endian};
+use goblin::container::Ctx;
 use goblin::elf::header::Header;
 use goblin::elf::program_header::{ProgramHeader, PT_LOAD, PT_NOTE};
-use goblin::elf::section_header::{SectionHeader, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB};
+use goblin::elf::section_header::{SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB};
 
-use super::sections::{elf_section_headers, range};
+use super::sections::{range, Sections};
 
 /// `NT_GNU_BUILD_ID`: the note holding a GNU build id.
 const NT_GNU_BUILD_ID: u32 = 3;
 
 /// The headers of an ELF image (the file's bytes, at their offsets).
 pub(crate) struct Object<'d> {
-    data: &'d [u8],
-    ctx: Ctx,
+    sections: Sections<'d>,
     program_headers: Vec<ProgramHeader>,
-    sections: Vec<SectionHeader>,
-    /// Where the section names are in `data`.
-    names: Option<std::ops::Range<usize>>,
 }
 
 impl<'d> Object<'d> {
     /// Reads the headers of `data`; `None` when it is not an ELF image whose
     /// headers lie within it.
     pub(crate) fn parse(data: &'d [u8]) -> Option<Self> {
-        let (header, ctx, sections) = elf_section_headers(data)?;
-        let program_headers = program_headers(data, &header, ctx)?;
-        let names = sections
-            .get(usize::from(header.e_shstrndx))
-            .and_then(|sh| range(sh.sh_offset, sh.sh_size, data.len()));
+        let (header, sections) = Sections::parse_with_header(data, None)?;
+        let program_headers = program_headers(data, &header, sections.ctx())?;
         Some(Object {
-            data,
-            ctx,
-            program_headers,
             sections,
-            names,
+            program_headers,
         })
     }
 
     /// The image's bytes.
     pub(crate) fn data(&self) -> &'d [u8] {
-        self.data
+        self.sections.data()
     }
 
     /// What its symbol addresses are relative to: the address of its first
@@ -73,13 +63,15 @@ impl<'d> Object<'d> {
             .map(|p| (p.p_offset, p.p_filesz, p.p_align));
         let sections = self
             .sections
+            .headers()
             .iter()
             .filter(|s| s.sh_type == SHT_NOTE)
             .map(|s| (s.sh_offset, s.sh_size, s.sh_addralign));
         segments
             .chain(sections)
             .find_map(|(offset, size, align)| {
-                let notes = self.data.get(range(offset, size, self.data.len())?)?;
+                let data = self.data();
+                let notes = data.get(range(offset, size, data.len())?)?;
                 self.gnu_build_id(notes, align)
             })
             .filter(|id| !id.is_empty())
@@ -110,7 +102,7 @@ impl<'d> Object<'d> {
 
     fn u32_at(&self, bytes: &[u8], at: usize) -> Option<u32> {
         let b: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
-        Some(if self.ctx.le == Endian::Little {
+        Some(if self.sections.little_endian() {
             u32::from_le_bytes(b)
         } else {
             u32::from_be_bytes(b)
@@ -120,21 +112,22 @@ impl<'d> Object<'d> {
     /// Whether it carries DWARF: a `.debug_info` (or GNU's compressed
     /// `.zdebug_info`) with contents in the file.
     pub(crate) fn has_debug_info(&self) -> bool {
-        self.sections.iter().any(|s| {
+        self.sections.headers().iter().any(|s| {
             s.sh_type != SHT_NOBITS
                 && s.sh_offset != 0
                 && s.sh_size != 0
-                && matches!(self.name(s), b".debug_info" | b".zdebug_info")
+                && matches!(self.sections.name(s), b".debug_info" | b".zdebug_info")
         })
     }
 
     /// Whether it has a symbol table (`.symtab` or `.dynsym`) with entries.
     pub(crate) fn has_symbols(&self) -> bool {
-        self.sections.iter().any(|s| {
+        let len = self.data().len();
+        self.sections.headers().iter().any(|s| {
             matches!(s.sh_type, SHT_SYMTAB | SHT_DYNSYM)
                 && s.sh_entsize != 0
                 && s.sh_size >= s.sh_entsize
-                && range(s.sh_offset, s.sh_size, self.data.len()).is_some()
+                && range(s.sh_offset, s.sh_size, len).is_some()
         })
     }
 
@@ -143,27 +136,16 @@ impl<'d> Object<'d> {
     pub(crate) fn debug_link(&self) -> Option<(&'d [u8], u32)> {
         let s = self
             .sections
+            .headers()
             .iter()
-            .find(|s| s.sh_type != SHT_NOBITS && self.name(s) == b".gnu_debuglink")?;
-        let bytes = self
-            .data
-            .get(range(s.sh_offset, s.sh_size, self.data.len())?)?;
+            .find(|s| s.sh_type != SHT_NOBITS && self.sections.name(s) == b".gnu_debuglink")?;
+        let data = self.data();
+        let bytes = data.get(range(s.sh_offset, s.sh_size, data.len())?)?;
         let nul = bytes.iter().position(|&b| b == 0)?;
         // The name, its NUL, padding to 4 bytes, then the CRC.
         let crc_at = (nul + 1).checked_next_multiple_of(4)?;
         let crc = self.u32_at(bytes, crc_at)?;
         (nul > 0).then_some((&bytes[..nul], crc))
-    }
-
-    /// The name of section `s` (empty when it cannot be read).
-    fn name(&self, s: &SectionHeader) -> &'d [u8] {
-        let names = self
-            .names
-            .clone()
-            .and_then(|r| self.data.get(r))
-            .unwrap_or_default();
-        let own = names.get(s.sh_name..).unwrap_or_default();
-        &own[..own.iter().position(|&b| b == 0).unwrap_or(own.len())]
     }
 }
 

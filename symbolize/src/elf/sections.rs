@@ -467,17 +467,52 @@ impl<'d> Sections<'d> {
     /// offsets); section contents come from `file` when given. `None` when
     /// it is not a usable ELF image.
     pub(crate) fn parse(data: &'d [u8], file: Option<Arc<File>>) -> Option<Self> {
+        Self::parse_with_header(data, file).map(|(_, s)| s)
+    }
+
+    /// [`Sections::parse`], and the file header it read.
+    pub(super) fn parse_with_header(
+        data: &'d [u8],
+        file: Option<Arc<File>>,
+    ) -> Option<(Header, Self)> {
         let (header, ctx, headers) = elf_section_headers(data)?;
         let names = headers
             .get(usize::from(header.e_shstrndx))
             .and_then(|sh| range(sh.sh_offset, sh.sh_size, data.len()));
-        Some(Sections {
+        let sections = Sections {
             data,
             file,
             ctx,
             headers,
             names,
-        })
+        };
+        Some((header, sections))
+    }
+
+    /// The image these sections are in.
+    pub(super) fn data(&self) -> &'d [u8] {
+        self.data
+    }
+
+    /// How the image is encoded (class and byte order).
+    pub(super) fn ctx(&self) -> Ctx {
+        self.ctx
+    }
+
+    /// The section headers.
+    pub(super) fn headers(&self) -> &[SectionHeader] {
+        &self.headers
+    }
+
+    /// The name of section `sh` (empty when it cannot be read).
+    pub(super) fn name(&self, sh: &SectionHeader) -> &'d [u8] {
+        let names = self
+            .names
+            .clone()
+            .and_then(|r| self.data.get(r))
+            .unwrap_or_default();
+        let own = names.get(sh.sh_name..).unwrap_or_default();
+        &own[..own.iter().position(|&b| b == 0).unwrap_or(own.len())]
     }
 
     /// Whether the image is little-endian.
@@ -487,15 +522,11 @@ impl<'d> Sections<'d> {
 
     /// The section `.debug_NAME` (or GNU's compressed `.zdebug_NAME`).
     pub(crate) fn debug(&self, name: &str) -> Option<Section<'d>> {
-        let names = self.data.get(self.names.clone()?)?;
         for sh in &self.headers {
             if sh.sh_type == SHT_NOBITS {
                 continue;
             }
-            let Some(own) = names.get(sh.sh_name..) else {
-                continue;
-            };
-            let own = &own[..own.iter().position(|&b| b == 0).unwrap_or(own.len())];
+            let own = self.name(sh);
             let zdebug = match own.strip_prefix(b".debug_") {
                 Some(rest) if rest == name.as_bytes() => false,
                 _ => match own.strip_prefix(b".zdebug_") {
