@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use flamerec_format::{FrameId, Module};
 use rayon::prelude::*;
@@ -235,10 +236,10 @@ pub(crate) fn with_binary<R>(
     };
     let debug_obj = debug_file
         .as_ref()
-        .and_then(|d| Some((elf::Object::parse(&d.data)?, d.dwarf_on_disk.clone())));
+        .and_then(|d| Some((elf::Object::parse(&d.data)?, Some(Arc::clone(&d.file)))));
     let binary = Binary::new(
         &bin.data,
-        (&obj, bin.dwarf_on_disk.clone()),
+        (&obj, Some(Arc::clone(&bin.file))),
         debug_obj.as_ref().map(|(o, f)| (o, f.clone())),
         want_dwarf,
         debug_file.as_ref().and_then(|d| prefetch(&d.path)),

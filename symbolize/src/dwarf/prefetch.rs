@@ -167,8 +167,7 @@ fn run(shared: &Shared, build_ids: &[Vec<u8>], debug_dirs: &[PathBuf]) {
 /// A reader of the compressed `.debug_info` of the file at `path`.
 fn info_reader(path: &Path) -> Option<Reader<'static>> {
     let elf = read_elf(path).ok()?;
-    let file = elf.dwarf_on_disk?;
-    let sections = Sections::parse(&elf.data, Some(file))?;
+    let sections = Sections::parse(&elf.data, Some(elf.file))?;
     let info = sections.debug("info")?.into_file_backed()?;
     info.is_compressed().then(|| info.reader())
 }
@@ -216,7 +215,7 @@ mod tests {
         assert!(inflated > 0, "the task inflated the section");
         reader.read_to(u64::MAX);
         let elf = crate::elf::read_elf(&path).expect("debug file");
-        let sections = Sections::parse(&elf.data, elf.dwarf_on_disk).expect("sections");
+        let sections = Sections::parse(&elf.data, Some(elf.file)).expect("sections");
         let info = sections.debug("info").expect("info");
         assert!(info.is_compressed());
         assert!(reader.section().same_as(&info));

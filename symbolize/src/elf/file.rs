@@ -26,7 +26,7 @@ pub(crate) struct ElfFile {
     pub data: Mmap,
     /// The open file, which DWARF sections are read from (inflated as far
     /// as a lookup needs them, by `sections`).
-    pub dwarf_on_disk: Option<Arc<File>>,
+    pub file: Arc<File>,
     /// Where it was read from.
     pub path: PathBuf,
 }
@@ -58,7 +58,7 @@ pub(crate) fn read_elf(path: &Path) -> Result<ElfFile, Unusable> {
     let data = crate::sys::map_file(&file, 0, len).map_err(|_| Unusable::Missing)?;
     Ok(ElfFile {
         data,
-        dwarf_on_disk: Some(Arc::new(file)),
+        file: Arc::new(file),
         path: path.to_path_buf(),
     })
 }
@@ -177,7 +177,6 @@ mod tests {
         let exe = std::env::current_exe().expect("exe");
         let full = std::fs::read(&exe).expect("read");
         let mapped = read_elf(&exe).expect("read_elf");
-        assert!(mapped.dwarf_on_disk.is_some());
         assert!(mapped.data[..] == full[..]);
     }
 }
