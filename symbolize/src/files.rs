@@ -238,11 +238,10 @@ pub(crate) fn with_binary<R>(
         .as_ref()
         .and_then(|d| Some((elf::Object::parse(&d.data)?, Some(Arc::clone(&d.file)))));
     let binary = Binary::new(
-        &bin.data,
         (&obj, Some(Arc::clone(&bin.file))),
         debug_obj.as_ref().map(|(o, f)| (o, f.clone())),
         want_dwarf,
         debug_file.as_ref().and_then(|d| prefetch(&d.path)),
-    )?;
+    );
     Ok(f(&binary))
 }

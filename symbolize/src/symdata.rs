@@ -17,7 +17,7 @@ use crate::elf::plt::{StubName, Stubs};
 use crate::elf::sections::Reader;
 use crate::elf::symtab::{function_names, FunctionIndex};
 use crate::elf::{file_offset_to_vaddr, load_segments, Object, Segment};
-use crate::types::{RawName, Unusable, PLT_SUFFIX};
+use crate::types::{RawName, PLT_SUFFIX};
 
 /// A binary ready for lookups by file offset.
 pub(crate) struct Binary<'a, 'd> {
@@ -40,25 +40,23 @@ pub(crate) struct Binary<'a, 'd> {
 }
 
 impl<'a, 'd> Binary<'a, 'd> {
-    /// `binary` is the mapped file (its segments count); symbols and DWARF
+    /// `obj` is the mapped binary (its segments count); symbols and DWARF
     /// come from `debug` (a separate debug file) when given, else from it.
     /// Each object comes with its open file when its DWARF is still on disk.
     /// Without `want_dwarf`, only the symbol table is used.
     pub(crate) fn new(
-        binary: &'d [u8],
         obj: (&'a Object<'d>, Option<Arc<File>>),
         debug: Option<(&'a Object<'d>, Option<Arc<File>>)>,
         want_dwarf: bool,
         prefetched: Option<Reader<'static>>,
-    ) -> Result<Self, Unusable> {
-        let segments = load_segments(binary).ok_or(Unusable::NotElf)?;
+    ) -> Self {
         let own = obj.0;
         let (src, src_file) = debug.unwrap_or(obj);
         // A stripped debug file may lack .symtab; the binary's .dynsym then helps.
         let symbol_source = if src.has_symbols() { src } else { own };
-        Ok(Binary {
-            segments,
-            image: binary,
+        Binary {
+            segments: load_segments(own),
+            image: own.data(),
             load_address: src.load_address(),
             symbol_source,
             index: OnceLock::new(),
@@ -66,7 +64,7 @@ impl<'a, 'd> Binary<'a, 'd> {
             dwarf: want_dwarf
                 .then(|| DwarfFile::new(src.data(), src_file, prefetched))
                 .flatten(),
-        })
+        }
     }
 
     /// Sorts the symbol table once for the lookups to come: for a binary
@@ -201,7 +199,7 @@ mod tests {
         let exe = std::env::current_exe().expect("exe");
         let data = std::fs::read(exe).expect("read");
         let obj = Object::parse(&data).expect("parse");
-        let bin = Binary::new(&data, (&obj, None), None, true, None).expect("binary");
+        let bin = Binary::new((&obj, None), None, true, None);
         assert!(bin.has_dwarf(), "test binaries are built with debug info");
         let out = bin.lookup_all(&[u64::MAX, 0]);
         assert_eq!(out.len(), 2);

@@ -42,6 +42,11 @@ impl<'d> Object<'d> {
         self.sections.data()
     }
 
+    /// Its program headers.
+    pub(crate) fn program_headers(&self) -> &[ProgramHeader] {
+        &self.program_headers
+    }
+
     /// What its symbol addresses are relative to: the address of its first
     /// loadable segment (0 for shared objects and position-independent
     /// executables, linked at 0).
