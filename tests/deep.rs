@@ -227,18 +227,19 @@ fn info_reports_stacks_completed_from_the_live_thread() {
 /// Start-up in the dynamic loader and stripped binaries' entry points are
 /// whole stacks.
 ///
-/// Margins. Such a loop keeps 0.6–0.7% of its stacks cut for other causes
-/// (lazy binding, the moments of exec and exit; docs/design-notes.md), and
-/// the dynamic loader's start-up is ≈ 2% of its CPU time
-/// (`LD_DEBUG=statistics`: ≈ 0.3 M cycles per iteration of ≈ 4–5 ms), so
-/// losing the loader's entry alone would cut ≈ 2.7%. The old bound, 1% of
-/// ≈ 1,200 samples at 999 Hz, sat 1.2–1.8 binomial standard deviations
-/// above 0.6–0.7% (13 of 1,186 = 1.1% was seen under load, which a cut rate
-/// of 0.7% gives one time in twenty). At 4999 Hz the same loop gives
-/// ≈ 6,000 samples (≥ 3,000 asserted; counts follow CPU time, not the wall
-/// clock); at 3,000 a cut rate as high as 1.0% gives 30 ± 5.5 against a
-/// bound of 1.8% (54, 4.4 sd above), and 2.7% gives 81 ± 8.9 (3 sd below
-/// it; at 6,000 both distances grow by √2).
+/// Margins. Such a loop keeps about 1% of its stacks cut for other causes
+/// (lazy binding, the moments of exec and exit; docs/design-notes.md):
+/// measured at 4999 Hz, 0.82–1.20% on a quiet machine and 0.89–1.31%
+/// beside two busy loops (8 runs each), and 2.0% once inside the whole
+/// suite beside two busy loops, 0.8 points of it threads that exited before
+/// the live read (the earlier margin assumed 0.6–0.7% and a bound of 1.8%,
+/// which that run crossed). The dynamic loader's start-up is ≈ 2% of the
+/// loop's CPU time (`LD_DEBUG=statistics`: ≈ 0.3 M cycles per iteration of
+/// ≈ 4–5 ms), so losing the loader's entry would cut ≈ 2.7% more: ≥ 3.5%.
+/// At the ≈ 7,000 samples the loop gives (≥ 3,000 asserted; counts follow
+/// CPU time, not the wall clock), the bound of 2.6% (182) sits 3.6 binomial
+/// standard deviations above the 2.0% seen (140 ± 12) and 4.1 below 3.5%
+/// (245 ± 15).
 #[test]
 fn short_lived_dynamically_linked_programs_are_not_counted_cut() {
     let dir = tmp();
@@ -253,8 +254,8 @@ fn short_lived_dynamically_linked_programs_are_not_counted_cut() {
     let cut = info["truncated_stacks"].as_u64().unwrap_or(u64::MAX);
     assert!(samples >= 3000, "only {samples} samples");
     assert!(
-        cut * 1000 <= samples * 18,
-        "{cut} of {samples} stacks cut short (≤ 1.8% wanted): {}",
+        cut * 1000 <= samples * 26,
+        "{cut} of {samples} stacks cut short (≤ 2.6% wanted): {}",
         stderr(&o)
     );
 }
