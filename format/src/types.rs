@@ -165,6 +165,36 @@ pub struct Module {
     pub build_id: Vec<u8>,
 }
 
+impl Module {
+    /// The module of a mapped path, classified as perf reports it: a file
+    /// (an absolute path), the vDSO, or memory no file backs (`//anon`,
+    /// `/memfd:` JIT code, `[heap]`; plain `//anon` and an empty path are
+    /// both `[anon]`). The recorder and the perf.data importer both use it,
+    /// so one mapping becomes the same module whichever way it came.
+    pub fn mapped(path: &str, build_id: &[u8]) -> Module {
+        let kind = if path == "[vdso]" {
+            ModuleKind::Vdso
+        } else if path.starts_with('/')
+            && !path.starts_with("//anon")
+            && !path.starts_with("/memfd:")
+        {
+            ModuleKind::File
+        } else {
+            ModuleKind::Anonymous
+        };
+        let path = if path.is_empty() || path.starts_with("//anon") {
+            "[anon]".to_string()
+        } else {
+            path.to_string()
+        };
+        Module {
+            kind,
+            path,
+            build_id: build_id.to_vec(),
+        }
+    }
+}
+
 /// One frame: a code address inside a module.
 ///
 /// Addresses of caller frames are already moved back into the call
@@ -282,6 +312,21 @@ pub enum Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn classifies_mapped_paths() {
+        assert_eq!(Module::mapped("[vdso]", &[]).kind, ModuleKind::Vdso);
+        let exe = Module::mapped("/usr/bin/python3", &[1]);
+        assert_eq!((exe.kind, exe.build_id), (ModuleKind::File, vec![1]));
+        assert_eq!(Module::mapped("//anon", &[]).path, "[anon]");
+        assert_eq!(Module::mapped("", &[]).path, "[anon]");
+        let jit = Module::mapped("/memfd:jit (deleted)", &[]);
+        assert_eq!(
+            (jit.kind, jit.path.as_str()),
+            (ModuleKind::Anonymous, "/memfd:jit (deleted)")
+        );
+        assert_eq!(Module::mapped("[heap]", &[]).kind, ModuleKind::Anonymous);
+    }
 
     #[test]
     fn totals_of_older_files_read_with_no_deferred_counts() {

@@ -266,16 +266,16 @@ mod tests {
         st.defer_sample(7, raw(2));
         st.defer_sample(7, raw(2));
         assert_eq!(
-            st.writer.samples(),
+            st.conv.writer().samples(),
             0,
             "no sample is written without its user part"
         );
         st.deferred_callchain(7, 1, &ips(&[0x40_1000, 0x40_2000]));
-        assert_eq!(st.writer.samples(), 2);
+        assert_eq!(st.conv.writer().samples(), 2);
         // A sample read from a ring copied later still finds it.
         st.end_deferred_round();
         st.defer_sample(7, raw(2));
-        assert_eq!(st.writer.samples(), 3);
+        assert_eq!(st.conv.writer().samples(), 3);
         st.finish_deferred();
         assert_eq!(
             stats(&st),
@@ -293,7 +293,7 @@ mod tests {
         st.deferred_callchain(9, 1, &ips(&[0x40_1000]));
         st.end_deferred_round();
         st.defer_sample(9, raw(2));
-        assert_eq!(st.writer.samples(), 1);
+        assert_eq!(st.conv.writer().samples(), 1);
         // One that no sample claims is an orphan once it has waited the
         // rest of its round and EARLY_ROUNDS more.
         st.deferred_callchain(10, 1, &ips(&[0x40_1000]));
@@ -304,7 +304,7 @@ mod tests {
         st.end_deferred_round();
         assert_eq!(stats(&st).orphan_records, 1);
         st.defer_sample(10, raw(2));
-        assert_eq!(st.writer.samples(), 1, "the late sample waits again");
+        assert_eq!(st.conv.writer().samples(), 1, "the late sample waits again");
         st.finish_deferred();
         assert_eq!(
             stats(&st),
@@ -314,7 +314,7 @@ mod tests {
                 orphan_records: 1
             }
         );
-        assert_eq!(st.writer.samples(), 2);
+        assert_eq!(st.conv.writer().samples(), 2);
     }
 
     #[test]
@@ -326,13 +326,13 @@ mod tests {
         // The exit was read in this round; the user part may be in a ring
         // copied before the sample's, so it gets the next round too.
         st.end_deferred_round();
-        assert_eq!(st.writer.samples(), 0);
+        assert_eq!(st.conv.writer().samples(), 0);
         st.end_deferred_round();
-        assert_eq!(st.writer.samples(), 1);
+        assert_eq!(st.conv.writer().samples(), 1);
         assert_eq!(stats(&st).unmatched_samples, 1);
         // Thread 6 lives on: its sample still waits.
         st.deferred_callchain(4, 1, &ips(&[0x40_1000]));
-        assert_eq!(st.writer.samples(), 2);
+        assert_eq!(st.conv.writer().samples(), 2);
         assert_eq!(stats(&st).stitched, 1);
     }
 
@@ -357,7 +357,7 @@ mod tests {
             st.defer_sample(cookie, raw(2));
         }
         assert_eq!(stats(&st).unmatched_samples, 1);
-        assert_eq!(st.writer.samples(), 1);
+        assert_eq!(st.conv.writer().samples(), 1);
         // The oldest went: the newest still joins its user part.
         st.deferred_callchain(MAX_WAITING as u64, 1, &ips(&[0x40_1000]));
         assert_eq!(stats(&st).stitched, 1);

@@ -18,7 +18,6 @@ mod depth;
 mod embed;
 mod launch;
 mod loss;
-mod procs;
 mod rings;
 mod sample;
 mod session;

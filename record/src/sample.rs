@@ -82,7 +82,7 @@ impl<W: io::Write> State<W> {
                 return;
             }
         }
-        let (Some(u), Some([bp, sp, ip])) = (&mut self.unwinder, s.user_regs) else {
+        let (Some(u), Some([bp, sp, ip])) = (self.conv.unwinder_mut(), s.user_regs) else {
             self.finish_raw(raw);
             return;
         };
@@ -149,15 +149,12 @@ impl<W: io::Write> State<W> {
     /// Unwound user addresses (ip first) as frames; return addresses step
     /// back into the call instruction.
     fn push_user(&self, raw: &mut RawSample, addrs: &[u64]) {
-        for (i, &a) in addrs.iter().enumerate() {
-            let addr = if i == 0 { a } else { a.wrapping_sub(1) };
-            raw.user.push(self.user_frame(raw.pid, addr));
-        }
+        self.conv.unwound_frames(raw.pid, addrs, &mut raw.user);
     }
 
     /// Recording ends: samples still waiting to be shown whole are written cut.
     pub(crate) fn finish_waiting(&mut self) {
-        if let Some(u) = &mut self.unwinder {
+        if let Some(u) = self.conv.unwinder_mut() {
             let done = self.live.finish_all(u);
             self.write_settled(done);
         }
@@ -211,22 +208,15 @@ impl<W: io::Write> State<W> {
     /// Interns a sample's frames (leaf first) and writes it (off-CPU: keeps
     /// it until the thread runs again). `time` is CLOCK_MONOTONIC ns.
     fn finish_sample(&mut self, pid: u32, tid: u32, time: u64, frames: Vec<Frame>) {
-        // Intern root first, the order stack nodes are made in: frames new
-        // to the file then get consecutive ids along the new nodes, which
-        // the nodes' frame column stores as small deltas.
-        let mut ids = std::mem::take(&mut self.frame_ids);
-        ids.clear();
-        ids.extend(frames.iter().rev().map(|&f| self.writer.frame(f)));
-        let stack = self.writer.stack(&ids);
+        let stack = self.conv.stack(&frames);
         self.frames = frames;
-        self.frame_ids = ids;
         let time_ns = self.rel(time);
         if self.off_cpu {
             // Weighed when the thread runs again (see the Switch record).
             self.blocked.insert(tid, (pid, stack, time_ns));
             return;
         }
-        self.writer.sample(Sample {
+        self.conv.writer_mut().sample(Sample {
             time_ns,
             pid,
             tid,
@@ -243,10 +233,7 @@ impl<W: io::Write> State<W> {
     /// A user frame: (module, offset) through the process's mappings, or the
     /// bare address in the `[unknown]` module.
     pub(crate) fn user_frame(&self, pid: u32, addr: u64) -> Frame {
-        self.procs.resolve(pid, addr).unwrap_or(Frame {
-            module: self.unknown_module,
-            address: addr,
-        })
+        self.conv.user_frame(pid, addr)
     }
 
     /// A kernel frame; the first time an address is seen, the symbol it
@@ -257,14 +244,11 @@ impl<W: io::Write> State<W> {
                 if let Some(i) = k.lookup(addr) {
                     if self.symbols_written.insert(i) {
                         let sym = k.symbol(i);
-                        self.writer.kernel_symbol(&sym);
+                        self.conv.writer_mut().kernel_symbol(&sym);
                     }
                 }
             }
         }
-        Frame {
-            module: self.kernel_module,
-            address: addr,
-        }
+        self.conv.kernel_frame(addr)
     }
 }

@@ -411,7 +411,8 @@ impl Session {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                st.writer
+                st.conv
+                    .writer_mut()
                     .comm(0, pid as u32, pid as u32, &truncate_comm(&comm), true);
                 st.seen(pid as u32, pid as u32);
                 Some(pid)
@@ -512,19 +513,19 @@ impl Session {
             st.drain(events, scratch);
             st.losses.phase_done(Phase::Drain);
             if let Some(n) = names {
-                n.offer(&st.writer);
+                n.offer(st.conv.writer());
                 st.losses.phase_done(Phase::Names);
             }
             if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
                 st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
             }
-            if last_flush.elapsed() >= FLUSH_EVERY || st.writer.wants_flush() {
-                st.writer.flush().map_err(out_err)?;
+            if last_flush.elapsed() >= FLUSH_EVERY || st.conv.writer().wants_flush() {
+                st.conv.writer_mut().flush().map_err(out_err)?;
                 last_flush = Instant::now();
                 st.losses.phase_done(Phase::Write);
             }
             progress(&Progress {
-                samples: st.writer.samples(),
+                samples: st.conv.writer().samples(),
                 lost: st.losses.total(),
                 elapsed: started.elapsed(),
             });
@@ -638,7 +639,7 @@ impl Session {
             ..Default::default()
         };
         st.losses.fill(&mut totals);
-        let samples = st.writer.samples();
+        let samples = st.conv.writer().samples();
         let lost = st.losses.total();
         let (processes, threads) = (st.pids.len() as u64, st.tids.len() as u64);
         let mut warnings = std::mem::take(&mut st.warnings);
@@ -652,8 +653,8 @@ impl Session {
         }
         // The last frames are named while the trailer is written; the
         // names follow it.
-        let pending = names.map(|n| n.last_batch(&st.writer));
-        let mut out = st.writer.finish(totals).map_err(out_err)?;
+        let pending = names.map(|n| n.last_batch(st.conv.writer()));
+        let mut out = st.conv.into_writer().finish(totals).map_err(out_err)?;
         let names = match pending.map(Pending::wait) {
             Some(Some(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
             Some(None) => {

@@ -5,19 +5,19 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 
-use flamerec_format::{Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, Writer};
+use flamerec_convert::{Converter, Mmap};
+use flamerec_format::{Frame, Sample, Writer};
 use flamerec_unwind::StackUnwinder;
 
 use crate::deep::LiveStacks;
 use crate::defer::Deferred;
 use crate::loss::Losses;
-use crate::procs::Processes;
 use crate::sample::RawSample;
 use crate::sys;
 use crate::{CallGraph, EventKind, RecordOptions};
 use flamerec_perf::parse::{split, straddle, Layout, PerfRecord};
 use flamerec_symbolize::kallsyms::{AddressRanges, Kallsyms};
-use flamerec_symbolize::live::{module_for, vdso_image};
+use flamerec_symbolize::live::vdso_image;
 
 /// One perf event of one CPU (or its ring owner).
 pub(crate) struct Event {
@@ -27,7 +27,9 @@ pub(crate) struct Event {
 
 /// Everything the loop keeps between rounds.
 pub(crate) struct State<W: io::Write> {
-    pub(crate) writer: Writer<W>,
+    /// Mappings, modules, frames, stacks and the DWARF unwinder (dwarf
+    /// mode): what the perf.data importer shares.
+    pub(crate) conv: Converter<W>,
     /// The kernel's symbol table, once read (samples wait for it: `sample`).
     pub(crate) kallsyms: Option<Kallsyms>,
     /// Kernel code is sampled.
@@ -36,14 +38,11 @@ pub(crate) struct State<W: io::Write> {
     pub(crate) extra_trim: Vec<String>,
     /// Samples waiting for the symbol table.
     pub(crate) held: Vec<RawSample>,
-    pub(crate) kernel_module: ModuleId,
-    pub(crate) unknown_module: ModuleId,
     pub(crate) kernel_addrs: HashSet<u64>,
     pub(crate) symbols_written: HashSet<usize>,
     pub(crate) trim: AddressRanges,
     pub(crate) trim_sched: AddressRanges,
     pub(crate) off_cpu: bool,
-    pub(crate) procs: Processes,
     layout: Layout,
     start_mono: u64,
     pub(crate) losses: Losses,
@@ -52,8 +51,6 @@ pub(crate) struct State<W: io::Write> {
     pub(crate) tids: HashSet<u32>,
     pub(crate) warnings: Vec<String>,
     pub(crate) frames: Vec<Frame>,
-    pub(crate) frame_ids: Vec<FrameId>,
-    pub(crate) unwinder: Option<StackUnwinder>,
     /// Dwarf mode: the live stacks that complete samples deeper than their copy.
     pub(crate) live: LiveStacks,
     /// User stacks cut short, and deeper than their copy but completed.
@@ -79,37 +76,25 @@ pub(crate) struct State<W: io::Write> {
 
 impl<W: io::Write> State<W> {
     pub(crate) fn new(
-        mut writer: Writer<W>,
+        writer: Writer<W>,
         opts: &RecordOptions,
         start_mono: u64,
         (sample_type, regs_user): (u64, u64),
         kernel: bool,
     ) -> Self {
-        let kernel_module = writer.module(&Module {
-            kind: ModuleKind::Kernel,
-            path: "[kernel.kallsyms]".into(),
-            build_id: Vec::new(),
-        });
-        let unknown_module = writer.module(&Module {
-            kind: ModuleKind::Anonymous,
-            path: "[unknown]".into(),
-            build_id: Vec::new(),
-        });
+        let unwinder = (opts.call_graph == CallGraph::Dwarf).then(new_unwinder);
         State {
-            writer,
+            conv: Converter::new(writer, unwinder),
             kallsyms: None,
             kernel,
             keep_profiler_frames: opts.keep_profiler_frames,
             extra_trim: opts.trim.clone(),
             held: Vec::new(),
-            kernel_module,
-            unknown_module,
             kernel_addrs: HashSet::new(),
             symbols_written: HashSet::new(),
             trim: AddressRanges::default(),
             trim_sched: AddressRanges::default(),
             off_cpu: opts.event == EventKind::OffCpu,
-            procs: Processes::default(),
             layout: Layout {
                 sample_type,
                 regs_user,
@@ -121,8 +106,6 @@ impl<W: io::Write> State<W> {
             tids: HashSet::new(),
             warnings: Vec::new(),
             frames: Vec::new(),
-            frame_ids: Vec::new(),
-            unwinder: (opts.call_graph == CallGraph::Dwarf).then(new_unwinder),
             live: LiveStacks::default(),
             truncated_stacks: 0,
             completed_stacks: 0,
@@ -183,7 +166,7 @@ impl<W: io::Write> State<W> {
                 ring.consume(n);
             }
         }
-        if let Some(u) = &mut self.unwinder {
+        if let Some(u) = self.conv.unwinder_mut() {
             let done = self.live.end_round(u);
             self.write_settled(done);
         }
@@ -202,22 +185,17 @@ impl<W: io::Write> State<W> {
                 filename,
                 time,
             } => {
-                let module = module_for(filename, build_id.unwrap_or(&[]));
-                let kind = module.kind;
-                if let Some(u) = &mut self.unwinder {
-                    let end = addr.saturating_add(len);
-                    u.add_mapping(pid, addr, end, pgoff, filename, &module.build_id);
-                }
-                let id = self.writer.module(&module);
-                self.procs.map(pid, addr, len, pgoff, id, kind);
+                // The recorder asks for executable mappings only.
                 let time_ns = self.rel(time);
-                self.writer.mapping(&Mapping {
-                    time_ns,
+                self.conv.mmap(&Mmap {
                     pid,
                     start: addr,
-                    end: addr.saturating_add(len),
+                    len,
                     pgoff,
-                    module: id,
+                    path: filename,
+                    build_id: build_id.unwrap_or(&[]),
+                    exec: true,
+                    time_ns,
                 });
             }
             PerfRecord::Comm {
@@ -228,16 +206,17 @@ impl<W: io::Write> State<W> {
                 time,
             } => {
                 if exec {
-                    self.procs.exec(pid);
-                    if let Some(u) = &mut self.unwinder {
+                    // Samples still waiting are of the old image: they are
+                    // written against its mappings, before they go.
+                    if let Some(u) = self.conv.unwinder_mut() {
                         let done = self.live.forget_process(u, pid);
-                        u.exec(pid);
                         self.write_settled(done);
                     }
+                    self.conv.exec(pid);
                 }
                 self.seen(pid, tid);
                 let t = self.rel(time);
-                self.writer.comm(t, pid, tid, name, exec);
+                self.conv.writer_mut().comm(t, pid, tid, name, exec);
             }
             PerfRecord::Task {
                 exit,
@@ -251,7 +230,7 @@ impl<W: io::Write> State<W> {
                 if exit {
                     self.blocked.remove(&tid);
                     self.deferred_exit(tid);
-                    if let Some(u) = &mut self.unwinder {
+                    if let Some(u) = self.conv.unwinder_mut() {
                         let done = if pid == tid {
                             self.live.forget_process(u, pid)
                         } else {
@@ -259,20 +238,20 @@ impl<W: io::Write> State<W> {
                         };
                         self.write_settled(done);
                     }
-                    self.writer.exit(t, pid, tid);
-                } else {
-                    self.procs.fork(ppid, pid);
-                    if let Some(u) = &mut self.unwinder {
-                        u.fork(ppid, pid);
+                    if pid == tid {
+                        self.conv.exit(pid);
                     }
+                    self.conv.writer_mut().exit(t, pid, tid);
+                } else {
+                    self.conv.fork(ppid, pid);
                     self.seen(pid, tid);
-                    self.writer.fork(t, pid, ppid, tid, ptid);
+                    self.conv.writer_mut().fork(t, pid, ppid, tid, ptid);
                 }
             }
             PerfRecord::Lost { count, time, cpu } => {
                 self.losses.add(cpu, count);
                 let t = self.rel(time);
-                self.writer.lost(t, count);
+                self.conv.writer_mut().lost(t, count);
             }
             PerfRecord::Switch {
                 out: true,
@@ -314,7 +293,7 @@ impl<W: io::Write> State<W> {
 
     fn write_off_cpu(&mut self, pid: u32, tid: u32, stack: u32, out_ns: u64, in_ns: u64) {
         if in_ns > out_ns {
-            self.writer.sample(Sample {
+            self.conv.writer_mut().sample(Sample {
                 time_ns: out_ns,
                 pid,
                 tid,
@@ -341,25 +320,20 @@ impl<W: io::Write> State<W> {
     /// A thread name learned from /proc (attached or system-wide targets).
     pub(crate) fn synth_comm(&mut self, pid: u32, tid: u32, name: &str) {
         self.seen(pid, tid);
-        self.writer.comm(0, pid, tid, name, false);
+        self.conv.writer_mut().comm(0, pid, tid, name, false);
     }
 
     /// An executable mapping learned from /proc/PID/maps.
     pub(crate) fn synth_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
-        let module = module_for(path, &[]);
-        let kind = module.kind;
-        if let Some(u) = &mut self.unwinder {
-            u.add_mapping(pid, start, end, pgoff, path, &[]);
-        }
-        let id = self.writer.module(&module);
-        self.procs.map(pid, start, end - start, pgoff, id, kind);
-        self.writer.mapping(&Mapping {
-            time_ns: 0,
+        self.conv.mmap(&Mmap {
             pid,
             start,
-            end,
+            len: end.saturating_sub(start),
             pgoff,
-            module: id,
+            path,
+            build_id: &[],
+            exec: true,
+            time_ns: 0,
         });
     }
 }

@@ -94,29 +94,6 @@ pub fn vdso_image() -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// Classifies a mapped path as perf reports it: a file, the vDSO, or
-/// anonymous memory (`[anon]`, JIT code).
-pub fn module_for(filename: &str, build_id: &[u8]) -> Module {
-    let kind = if filename == "[vdso]" {
-        ModuleKind::Vdso
-    } else if filename.starts_with('/') && !filename.starts_with("//anon") {
-        ModuleKind::File
-    } else {
-        ModuleKind::Anonymous
-    };
-    let path = match kind {
-        ModuleKind::Anonymous if filename.starts_with("//anon") || filename.is_empty() => {
-            "[anon]".to_string()
-        }
-        _ => filename.to_string(),
-    };
-    Module {
-        kind,
-        path,
-        build_id: build_id.to_vec(),
-    }
-}
-
 /// Where an address of a live process lies: the frame a recording would
 /// hold for it (module index into [`AddressSpace::modules`], file offset).
 #[derive(Debug, Clone)]
@@ -139,7 +116,7 @@ impl AddressSpace {
         let mut modules: Vec<Module> = Vec::new();
         let mut module_of = Vec::with_capacity(maps.len());
         for m in &maps {
-            let module = module_for(&m.path, &[]);
+            let module = Module::mapped(&m.path, &[]);
             let i = match modules.iter().position(|x| *x == module) {
                 Some(i) => i,
                 None => {
@@ -207,7 +184,7 @@ pub fn name_addresses(
     let mut tables = Tables::default();
     tables.modules = space.modules.clone();
     let unknown = tables.modules.len() as u32;
-    tables.modules.push(module_for("//anon", &[]));
+    tables.modules.push(Module::mapped("//anon", &[]));
     let kernel_module = tables.modules.len() as u32;
     tables.modules.push(Module {
         kind: ModuleKind::Kernel,
@@ -291,13 +268,6 @@ garbage line\n";
     fn reads_the_vdso_image() {
         let image = vdso_image().expect("every x86-64 process maps a vDSO");
         assert_eq!(&image[..4], b"\x7fELF");
-    }
-
-    #[test]
-    fn classifies_paths() {
-        assert_eq!(module_for("[vdso]", &[]).kind, ModuleKind::Vdso);
-        assert_eq!(module_for("/usr/bin/python3", &[1]).kind, ModuleKind::File);
-        assert_eq!(module_for("//anon", &[]).path, "[anon]");
     }
 
     #[inline(never)]

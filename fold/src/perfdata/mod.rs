@@ -131,7 +131,7 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
             ));
         }
         for s in &ksyms {
-            imp.w.kernel_symbol(s);
+            imp.conv.writer_mut().kernel_symbol(s);
         }
         let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if !kernel_release.is_empty() && running.trim() != kernel_release {
@@ -149,13 +149,17 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
         duration_ns: imp.last_time_ns,
         processes: pids.len() as u64,
         threads: imp.threads.len() as u64,
-        truncated_stacks: imp.unwinder.stats().truncated,
+        truncated_stacks: imp.conv.unwinder().map_or(0, |u| u.stats().truncated),
         ..Default::default()
     };
-    let bytes = imp.w.finish(totals).map_err(|e| FoldError::PerfData {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let bytes = imp
+        .conv
+        .into_writer()
+        .finish(totals)
+        .map_err(|e| FoldError::PerfData {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
     Ok(Imported { bytes, warnings })
 }
 
@@ -185,8 +189,8 @@ fn read_records<R: Read>(
         }));
         let why = match step {
             Ok(Ok(true)) => {
-                if imp.w.wants_flush() {
-                    let _ = imp.w.flush();
+                if imp.conv.writer().wants_flush() {
+                    let _ = imp.conv.writer_mut().flush();
                 }
                 continue;
             }

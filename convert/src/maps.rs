@@ -1,6 +1,5 @@
-//! What the recorder knows of each process: its executable mappings, so a
-//! user address becomes (module, file offset) at record time and the
-//! recording folds without any process state.
+//! Each process's mappings, so a user address becomes (module, file offset)
+//! when it is converted and the recording folds without any process state.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,6 +31,9 @@ impl Processes {
         kind: ModuleKind,
     ) {
         let end = start.saturating_add(len);
+        if end == start {
+            return;
+        }
         let maps = self.maps.entry(pid).or_default();
         let overlapping: Vec<u64> = maps
             .range(..end)
@@ -46,7 +48,7 @@ impl Processes {
                     maps.insert(s, Map { end: start, ..old });
                 }
                 if old.end > end {
-                    let pgoff = old.pgoff + (end - s);
+                    let pgoff = old.pgoff.wrapping_add(end - s);
                     maps.insert(end, Map { pgoff, ..old });
                 }
             }
@@ -85,7 +87,9 @@ impl Processes {
             return None;
         }
         let address = match m.kind {
-            ModuleKind::File => addr - start + m.pgoff,
+            // A perf.data file may hold any offset: one that overflows
+            // resolves to nothing rather than to a wrong frame.
+            ModuleKind::File => (addr - start).checked_add(m.pgoff)?,
             ModuleKind::Vdso => addr - start,
             _ => addr,
         };
@@ -117,5 +121,10 @@ mod tests {
         p.exec(2);
         assert!(p.resolve(2, 0x1010).is_none());
         assert!(p.resolve(1, 0x1010).is_some());
+        // Empty mappings are ignored; an offset past u64 resolves to nothing.
+        p.map(3, 0x1000, 0, 0, 7, ModuleKind::File);
+        assert!(p.resolve(3, 0x1000).is_none());
+        p.map(3, 0x1000, 0x1000, u64::MAX, 7, ModuleKind::File);
+        assert!(p.resolve(3, 0x1010).is_none());
     }
 }

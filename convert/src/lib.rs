@@ -1,0 +1,336 @@
+//! From perf's records to a `.frec` recording: the part of the sample path
+//! that does not depend on where the records come from.
+//!
+//! Both the recorder (records read live from the kernel's rings) and the
+//! perf.data importer (records read from perf's file) drive one
+//! [`Converter`]: it keeps each process's mappings, interns a mapped path
+//! as a module once, turns a user address into a (module, file offset)
+//! frame, unwinds a user stack copy by DWARF when it was given an unwinder,
+//! and interns a sample's stack root first. What differs between the two
+//! stays with them: the recorder's trimming of its own kernel frames, its
+//! live stacks and deferred callchains; the importer's header and file
+//! damage handling. Splitting a callchain into kernel and user parts is
+//! `flamerec_unwind::callchain`, which both read through.
+
+mod maps;
+
+use std::io;
+
+use flamerec_format::{
+    Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, StackId, Writer,
+};
+use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
+
+use maps::Processes;
+
+/// A mapping as an MMAP or MMAP2 record (or a line of /proc/PID/maps)
+/// reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct Mmap<'a> {
+    /// The process.
+    pub pid: u32,
+    /// First address.
+    pub start: u64,
+    /// Length in bytes; an empty mapping is ignored.
+    pub len: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// The path as mapped (`[vdso]`, `//anon` and the like for pseudo-files).
+    pub path: &'a str,
+    /// GNU build id, empty when unknown.
+    pub build_id: &'a [u8],
+    /// Mapped executable: its unwind tables are loaded for DWARF unwinding.
+    pub exec: bool,
+    /// When it was mapped, ns from the recording's start.
+    pub time_ns: u64,
+}
+
+/// The conversion's state: the recording being written, every process's
+/// mappings, and the unwinder that reads their unwind tables.
+pub struct Converter<W: io::Write> {
+    writer: Writer<W>,
+    procs: Processes,
+    kernel: ModuleId,
+    unknown: ModuleId,
+    unwinder: Option<StackUnwinder>,
+    /// Scratch: a stack's frame ids, root first.
+    ids: Vec<FrameId>,
+    /// Scratch: addresses an unwind found.
+    addrs: Vec<u64>,
+}
+
+impl<W: io::Write> Converter<W> {
+    /// A converter writing to `writer`, with `[kernel.kallsyms]` and
+    /// `[unknown]` as its first modules. `unwinder` is given when samples
+    /// carry user stack copies to unwind.
+    pub fn new(mut writer: Writer<W>, unwinder: Option<StackUnwinder>) -> Self {
+        let kernel = writer.module(&Module {
+            kind: ModuleKind::Kernel,
+            path: "[kernel.kallsyms]".into(),
+            build_id: Vec::new(),
+        });
+        let unknown = writer.module(&Module {
+            kind: ModuleKind::Anonymous,
+            path: "[unknown]".into(),
+            build_id: Vec::new(),
+        });
+        Converter {
+            writer,
+            procs: Processes::default(),
+            kernel,
+            unknown,
+            unwinder,
+            ids: Vec::new(),
+            addrs: Vec::new(),
+        }
+    }
+
+    /// The recording being written.
+    pub fn writer(&self) -> &Writer<W> {
+        &self.writer
+    }
+
+    /// The recording being written, for what is not a sample's path
+    /// (thread names, forks, exits, losses, kernel symbols).
+    pub fn writer_mut(&mut self) -> &mut Writer<W> {
+        &mut self.writer
+    }
+
+    /// The recording, to finish.
+    pub fn into_writer(self) -> Writer<W> {
+        self.writer
+    }
+
+    /// The DWARF unwinder, when there is one.
+    pub fn unwinder(&self) -> Option<&StackUnwinder> {
+        self.unwinder.as_ref()
+    }
+
+    /// The DWARF unwinder, when there is one (for unwinding past the copy).
+    pub fn unwinder_mut(&mut self) -> Option<&mut StackUnwinder> {
+        self.unwinder.as_mut()
+    }
+
+    /// A new mapping of `m.pid`: its module interned, the mapping recorded
+    /// in the file and replacing whatever it overlaps, and, when
+    /// executable, its unwind tables made known to the unwinder.
+    pub fn mmap(&mut self, m: &Mmap<'_>) {
+        if m.len == 0 {
+            return;
+        }
+        let end = m.start.saturating_add(m.len);
+        let module = Module::mapped(m.path, m.build_id);
+        let kind = module.kind;
+        if m.exec {
+            if let Some(u) = &mut self.unwinder {
+                u.add_mapping(m.pid, m.start, end, m.pgoff, m.path, m.build_id);
+            }
+        }
+        let id = self.writer.module(&module);
+        self.procs.map(m.pid, m.start, m.len, m.pgoff, id, kind);
+        self.writer.mapping(&Mapping {
+            time_ns: m.time_ns,
+            pid: m.pid,
+            start: m.start,
+            end,
+            pgoff: m.pgoff,
+            module: id,
+        });
+    }
+
+    /// `pid` called exec: its old mappings are gone.
+    pub fn exec(&mut self, pid: u32) {
+        self.procs.exec(pid);
+        if let Some(u) = &mut self.unwinder {
+            u.exec(pid);
+        }
+    }
+
+    /// `child` was forked from `parent` and starts with its mappings.
+    pub fn fork(&mut self, parent: u32, child: u32) {
+        self.procs.fork(parent, child);
+        if let Some(u) = &mut self.unwinder {
+            u.fork(parent, child);
+        }
+    }
+
+    /// Process `pid` exited: the unwinder lets go of its tables. Its
+    /// mappings stay, for samples converted after its exit record.
+    pub fn exit(&mut self, pid: u32) {
+        if let Some(u) = &mut self.unwinder {
+            u.exit(pid);
+        }
+    }
+
+    /// A user frame: (module, offset) through the process's mappings, or
+    /// the bare address in the `[unknown]` module.
+    pub fn user_frame(&self, pid: u32, addr: u64) -> Frame {
+        self.procs.resolve(pid, addr).unwrap_or(Frame {
+            module: self.unknown,
+            address: addr,
+        })
+    }
+
+    /// A kernel frame (the address as is, in `[kernel.kallsyms]`).
+    pub fn kernel_frame(&self, addr: u64) -> Frame {
+        Frame {
+            module: self.kernel,
+            address: addr,
+        }
+    }
+
+    /// Appends the frames of an unwind's addresses (the instruction
+    /// pointer first, then return addresses, which step back into their
+    /// call instruction).
+    pub fn unwound_frames(&self, pid: u32, addrs: &[u64], out: &mut Vec<Frame>) {
+        for (i, &a) in addrs.iter().enumerate() {
+            let addr = if i == 0 { a } else { a.wrapping_sub(1) };
+            out.push(self.user_frame(pid, addr));
+        }
+    }
+
+    /// Unwinds a user stack copy (the bytes from `regs.sp` up) by DWARF and
+    /// appends its frames, leaf first; `None` without an unwinder.
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        regs: UserRegs,
+        copy: &[u8],
+        out: &mut Vec<Frame>,
+    ) -> Option<Outcome> {
+        let u = self.unwinder.as_mut()?;
+        let mut addrs = std::mem::take(&mut self.addrs);
+        addrs.clear();
+        let outcome = u.unwind(pid, regs, copy, &mut addrs);
+        self.unwound_frames(pid, &addrs, out);
+        self.addrs = addrs;
+        Some(outcome)
+    }
+
+    /// Interns a stack given leaf first. Frames are interned root first,
+    /// the order stack nodes are made in: frames new to the file then get
+    /// consecutive ids along the new nodes, which the nodes' frame column
+    /// stores as small deltas.
+    pub fn stack(&mut self, leaf_first: &[Frame]) -> StackId {
+        let mut ids = std::mem::take(&mut self.ids);
+        ids.clear();
+        ids.extend(leaf_first.iter().rev().map(|&f| self.writer.frame(f)));
+        let stack = self.writer.stack(&ids);
+        self.ids = ids;
+        stack
+    }
+
+    /// Writes a sample of `frames` (leaf first).
+    pub fn sample(&mut self, time_ns: u64, pid: u32, tid: u32, frames: &[Frame]) {
+        let stack = self.stack(frames);
+        self.writer.sample(Sample {
+            time_ns,
+            pid,
+            tid,
+            stack,
+            weight: 1,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flamerec_format::{Event, Metadata, Reader, Totals};
+
+    fn converter() -> Converter<Vec<u8>> {
+        let w = Writer::new(Vec::new(), &Metadata::default()).unwrap();
+        Converter::new(w, None)
+    }
+
+    #[test]
+    fn resolves_through_mappings_forks_and_execs() {
+        let mut c = converter();
+        c.mmap(&Mmap {
+            pid: 10,
+            start: 0x40_0000,
+            len: 0x1000,
+            pgoff: 0x2000,
+            path: "/usr/bin/true",
+            build_id: &[0xab],
+            exec: true,
+            time_ns: 5,
+        });
+        let f = c.user_frame(10, 0x40_0010);
+        assert_eq!(f.address, 0x2010);
+        assert_ne!(f.module, c.user_frame(10, 0x50_0000).module, "[unknown]");
+        c.fork(10, 11);
+        assert_eq!(c.user_frame(11, 0x40_0010), f);
+        c.exec(11);
+        assert_eq!(c.user_frame(11, 0x40_0010).address, 0x40_0010);
+        // The same path maps to the same module in another process.
+        c.mmap(&Mmap {
+            pid: 12,
+            start: 0x80_0000,
+            len: 0x1000,
+            pgoff: 0x2000,
+            path: "/usr/bin/true",
+            build_id: &[0xab],
+            exec: true,
+            time_ns: 6,
+        });
+        assert_eq!(c.user_frame(12, 0x80_0010), f);
+        // Return addresses step back into the call; the ip does not.
+        let mut out = Vec::new();
+        c.unwound_frames(10, &[0x40_0010, 0x40_0020], &mut out);
+        assert_eq!(
+            out.iter().map(|f| f.address).collect::<Vec<_>>(),
+            [0x2010, 0x201f]
+        );
+        let regs = UserRegs {
+            ip: 0x40_0010,
+            sp: 0,
+            bp: 0,
+            bx: None,
+        };
+        assert!(c.unwind(10, regs, &[], &mut out).is_none());
+    }
+
+    #[test]
+    fn writes_modules_mappings_and_root_first_stacks() {
+        let mut c = converter();
+        c.mmap(&Mmap {
+            pid: 1,
+            start: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            path: "/bin/x",
+            build_id: &[],
+            exec: true,
+            time_ns: 0,
+        });
+        let (leaf, root) = (
+            c.user_frame(1, 0x1100),
+            c.kernel_frame(0xffff_ffff_8100_0000),
+        );
+        c.sample(7, 1, 2, &[leaf, root]);
+        let bytes = c.into_writer().finish(Totals::default()).unwrap();
+        let mut r = Reader::new(std::io::Cursor::new(bytes)).unwrap();
+        let (mut mappings, mut samples) = (0, 0);
+        while let Some(events) = r.next_events().unwrap() {
+            for e in events {
+                match e {
+                    Event::Mapping(m) => {
+                        assert_eq!((m.start, m.end), (0x1000, 0x2000));
+                        mappings += 1;
+                    }
+                    Event::Samples(s) => {
+                        assert_eq!((s[0].pid, s[0].tid), (1, 2));
+                        samples += s.len();
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!((mappings, samples), (1, 1));
+        let t = r.tables();
+        // Root first: the kernel frame got the first id after the modules.
+        assert_eq!(t.frames[0].module, 0);
+        assert_eq!(t.frames[1].address, 0x100);
+    }
+}
