@@ -26,7 +26,7 @@ use flamerec_perf::parse::words;
 use flamerec_unwind::callchain::{self, Side};
 
 use crate::depth::DEFERRED_CAP;
-use crate::sample::RawSample;
+use crate::raw::RawSample;
 use crate::state::State;
 
 /// A user part is kept through the end of the round it came in and this

@@ -18,6 +18,7 @@ mod depth;
 mod embed;
 mod launch;
 mod loss;
+mod raw;
 mod rings;
 mod sample;
 mod session;

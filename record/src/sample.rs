@@ -18,22 +18,10 @@ use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::{Outcome, UserRegs};
 
 use crate::deep::{Pending, Settled, Unwound, UserStack};
+use crate::raw::RawSample;
 use crate::state::State;
 use crate::trim::{is_sampling_path, is_scheduler};
 use flamerec_perf::parse::SampleRecord;
-
-/// A sample whose user part is done.
-pub(crate) struct RawSample {
-    pub pid: u32,
-    pub tid: u32,
-    /// CLOCK_MONOTONIC ns.
-    pub time: u64,
-    pub ip: u64,
-    /// Kernel callchain, leaf first, untrimmed.
-    pub kernel: Vec<u64>,
-    /// User frames, leaf first.
-    pub user: Vec<Frame>,
-}
 
 impl<W: io::Write> State<W> {
     /// The kernel's symbol table is in: trimming can start, and the samples

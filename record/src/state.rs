@@ -12,7 +12,7 @@ use flamerec_unwind::StackUnwinder;
 use crate::deep::LiveStacks;
 use crate::defer::Deferred;
 use crate::loss::Losses;
-use crate::sample::RawSample;
+use crate::raw::RawSample;
 use crate::sys;
 use crate::{CallGraph, EventKind, RecordOptions};
 use flamerec_perf::parse::{split, straddle, Layout, PerfRecord};

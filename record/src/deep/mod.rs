@@ -41,7 +41,7 @@ mod snapshot;
 
 use std::collections::{HashMap, HashSet};
 
-use crate::sample::RawSample;
+use crate::raw::RawSample;
 use flamerec_unwind::{Beyond, FrameState, Outcome, OuterFrames, StackUnwinder, UserRegs};
 
 use snapshot::{blocked_at, Maps, Snapshot};
