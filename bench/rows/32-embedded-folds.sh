@@ -3,8 +3,9 @@
 # inferno-collapse-perf` of the same workload's perf recording, frame-pointer mode, on every
 # workload the bench records (issue 23: ≥ 25× on each; DESIGN.md promises ≥ 10×). The dwarf
 # recordings are left out: perf script of those is 5–50× slower still, so fp is the hard case.
-# Files: the last run of each recorder on each workload above, the DWARF-rich fold loop of
-# 30-cold-fold.sh and the cargo build.
+# Files: the last run of each recorder on each workload above, json-re of 10-many-stacks.sh
+# (python3 without frame pointers: thousands of distinct unresolved frames), the DWARF-rich fold
+# loop of 30-cold-fold.sh and the cargo build.
 
 embedded_runs() { # NAME RUNS PERF-FILE FLAMEREC-FILE → rows embedded-NAME-{perf,flamerec} in FOLD_TSV
     local name=$1 n=$2 run p f
@@ -27,7 +28,7 @@ embedded_row() { # NAME LABEL
 if [ -z "$(tool_na perf-fp)" ] && [ -z "$(tool_na flamerec-fp)" ]; then
     log "embedded folds: every workload's last fp recordings, $FOLD_RUNS runs each"
     EMBEDDED_NAMES=()
-    for w in "${W_NAMES[@]}"; do
+    for w in "${W_NAMES[@]}" json-re; do
         [ -f "$OUT/rec/$w.perf-fp.data" ] && [ -f "$OUT/rec/$w.flamerec-fp.frec" ] || continue
         embedded_runs "$w" "$FOLD_RUNS" "$OUT/rec/$w.perf-fp.data" "$OUT/rec/$w.flamerec-fp.frec"
         EMBEDDED_NAMES+=("$w")
