@@ -2,6 +2,7 @@
 //! records of the current chunk and writes each chunk compressed, with its
 //! length and checksum, so a file cut off anywhere keeps every earlier chunk.
 
+use std::collections::hash_map::Entry;
 use std::io::Write;
 
 use rustc_hash::FxHashMap;
@@ -169,20 +170,27 @@ impl<W: Write> Writer<W> {
         };
         self.last_path.truncate(same);
         for &frame in &root_first[same..] {
-            node = match self.nodes.get(&(node, frame)) {
-                Some(&n) => n,
-                None => {
-                    let id = self.next_node;
-                    self.next_node += 1;
-                    // Children usually follow their parent: the distance back is small.
-                    self.new_nodes.push((id - node, frame));
-                    self.nodes.insert((node, frame), id);
-                    id
-                }
-            };
+            node = self.child(node, frame);
             self.last_path.push((frame, node));
         }
         node
+    }
+
+    /// The stack `parent` with `frame` called from its leaf.
+    fn child(&mut self, parent: StackId, frame: FrameId) -> StackId {
+        // One probe finds the node or its place: most of a deep stack's
+        // nodes past where it leaves the last stack are new.
+        match self.nodes.entry((parent, frame)) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => {
+                let id = self.next_node;
+                self.next_node += 1;
+                // Children usually follow their parent: the distance back is small.
+                self.new_nodes.push((id - parent, frame));
+                e.insert(id);
+                id
+            }
+        }
     }
 
     /// Records the kernel symbol that some kernel frame falls into.

@@ -128,14 +128,19 @@ impl<W: io::Write> State<W> {
         if self.deferred.is_none() {
             return;
         }
-        let user: Vec<Frame> = callchain::frames(words(ips), Some(Side::User))
-            .filter(|&(side, _)| side == Side::User)
-            .map(|(_, addr)| self.user_frame(pid, addr))
-            .collect();
-        let cut = words(ips)
-            .filter(|&a| a < callchain::PERF_CONTEXT_MAX)
-            .count()
-            >= DEFERRED_CAP;
+        let mut user: Vec<Frame> = Vec::new();
+        let mut looped = false;
+        for (side, addr) in callchain::frames(words(ips), Some(Side::User)) {
+            if side == Side::User && !self.conv.push_user(pid, addr, &mut user) {
+                looped = true;
+                break;
+            }
+        }
+        let cut = !looped
+            && words(ips)
+                .filter(|&a| a < callchain::PERF_CONTEXT_MAX)
+                .count()
+                >= DEFERRED_CAP;
         let Some(d) = &mut self.deferred else { return };
         let round = d.round;
         // Absent: its samples are in a ring not read yet, or were lost.
@@ -339,7 +344,9 @@ mod tests {
     #[test]
     fn user_parts_at_the_unwinders_cap_count_as_cut_per_sample() {
         let mut st = state();
-        let full: Vec<u64> = (0..DEFERRED_CAP as u64).map(|i| 0x40_0000 + i).collect();
+        let full: Vec<u64> = (0..DEFERRED_CAP as u64)
+            .map(|i| 0x40_0000 + 16 * i)
+            .collect();
         st.defer_sample(1, raw(2));
         st.defer_sample(1, raw(2));
         st.deferred_callchain(1, 1, &ips(&full));
@@ -348,6 +355,14 @@ mod tests {
         st.deferred_callchain(2, 1, &ips(&full[1..]));
         st.defer_sample(2, raw(2));
         assert_eq!(st.cut_at_cap, 3, "one address short of the cap is whole");
+        // A walk round a loop of non-code addresses reaches the cap without
+        // the stack being deep.
+        let looping: Vec<u64> = (0..DEFERRED_CAP as u64)
+            .map(|i| 0x40_0000 + 16 * (i % 4))
+            .collect();
+        st.deferred_callchain(3, 1, &ips(&looping));
+        st.defer_sample(3, raw(2));
+        assert_eq!(st.cut_at_cap, 3, "a loop is not a deep stack");
     }
 
     #[test]

@@ -57,13 +57,18 @@ impl<W: io::Write> State<W> {
             kernel: Vec::new(),
             user: Vec::new(),
         };
+        let mut looped = false;
         for (side, addr) in callchain::frames(s.callchain(), None) {
             match side {
                 Side::Kernel => raw.kernel.push(addr),
-                Side::User => raw.user.push(self.user_frame(s.pid, addr)),
+                Side::User if looped => {}
+                Side::User => looped = !self.conv.push_user(s.pid, addr, &mut raw.user),
             }
         }
-        self.count_cut(s);
+        // A walk that looped reaches the cap without the stack being deep.
+        if !looped {
+            self.count_cut(s);
+        }
         if self.deferred.is_some() {
             if let Some(cookie) = s.deferred_cookie() {
                 self.defer_sample(cookie, raw);

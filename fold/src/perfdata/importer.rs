@@ -98,12 +98,14 @@ impl Importer {
                 match &s.callchain {
                     Some(chain) => {
                         let entries = (0..chain.len()).map_while(|i| chain.get(i));
+                        let mut looped = false;
                         for (side, addr) in callchain::frames(entries, Some(Side::User)) {
                             match side {
                                 Side::Kernel => frames.push(self.kernel_frame(addr)),
+                                Side::User if looped => {}
                                 Side::User => {
                                     user += 1;
-                                    frames.push(self.conv.user_frame(pid, addr));
+                                    looped = !self.conv.push_user(pid, addr, &mut frames);
                                 }
                             }
                         }
