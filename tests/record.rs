@@ -281,7 +281,14 @@ fn sigint_is_forwarded_and_the_recording_finished() {
     }
     let dir = tmp();
     let out = dir.path().join("int.frec");
-    let mut rec = flamerec()
+    // A test run started in the background by a script (`cargo test &`)
+    // inherits SIGINT ignored, and an ignored signal stays ignored across
+    // exec: sleep would ignore the forwarded one too. env resets it and
+    // execs flamerec in its place (same pid).
+    let mut rec = Command::new("env")
+        .arg("--default-signal=INT")
+        .arg(env!("CARGO_BIN_EXE_flamerec"))
+        .env("HOME", concat!(env!("CARGO_TARGET_TMPDIR"), "/home"))
         .args(["record", "-q", "-o"])
         .arg(&out)
         .args(["--", "sleep", "30"])
