@@ -19,12 +19,13 @@ use std::io;
 use flamerec_format::{
     Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, StackId, Writer,
 };
+use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
 
 use maps::Processes;
 
-/// How far back [`Converter::push_user`] looks for a repeated non-code
-/// address: the longest frame-record loop it recognises.
+/// How far back [`Converter::split_callchain`] looks for a repeated
+/// non-code address: the longest frame-record loop it recognises.
 pub const LOOP_WINDOW: usize = 16;
 
 /// A mapping as an MMAP or MMAP2 record (or a line of /proc/PID/maps)
@@ -175,9 +176,34 @@ impl<W: io::Write> Converter<W> {
         })
     }
 
+    /// Splits a kernel callchain (`PERF_SAMPLE_CALLCHAIN` entries, leaf
+    /// first, markers included; entries before the first marker are on the
+    /// `initial` side, or skipped for `None`): kernel addresses are
+    /// appended to `kernel` as they are, user ones to `user` as frames.
+    /// The user part ends where the frame-pointer walk goes round a loop
+    /// (see [`Converter::push_user`]); returns whether it did.
+    pub fn split_callchain(
+        &self,
+        pid: u32,
+        entries: impl Iterator<Item = u64>,
+        initial: Option<Side>,
+        kernel: &mut Vec<u64>,
+        user: &mut Vec<Frame>,
+    ) -> bool {
+        let mut looped = false;
+        for (side, addr) in callchain::frames(entries, initial) {
+            match side {
+                Side::Kernel => kernel.push(addr),
+                Side::User if looped => {}
+                Side::User => looped = !self.push_user(pid, addr, user),
+            }
+        }
+        looped
+    }
+
     /// Appends the user frame of `addr` (an address of a kernel callchain),
     /// unless the frame-pointer walk that found it is going round in a
-    /// loop: then returns false, and the caller ends the user part there.
+    /// loop: then returns false, and the user part ends there.
     ///
     /// Code built without frame pointers leaves words in its frames where
     /// the kernel's walk looks for the next frame record; a few such words
@@ -188,7 +214,7 @@ impl<W: io::Write> Converter<W> {
     /// shows as a non-code address (one no mapping holds: no call returns
     /// there) seen again within the last [`LOOP_WINDOW`] frames; a repeated
     /// code address (direct recursion) is never taken for one.
-    pub fn push_user(&self, pid: u32, addr: u64, out: &mut Vec<Frame>) -> bool {
+    fn push_user(&self, pid: u32, addr: u64, out: &mut Vec<Frame>) -> bool {
         let f = self.user_frame(pid, addr);
         if f.module == self.unknown && out.iter().rev().take(LOOP_WINDOW).any(|&g| g == f) {
             return false;

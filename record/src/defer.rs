@@ -128,14 +128,11 @@ impl<W: io::Write> State<W> {
         if self.deferred.is_none() {
             return;
         }
-        let mut user: Vec<Frame> = Vec::new();
-        let mut looped = false;
-        for (side, addr) in callchain::frames(words(ips), Some(Side::User)) {
-            if side == Side::User && !self.conv.push_user(pid, addr, &mut user) {
-                looped = true;
-                break;
-            }
-        }
+        // A deferred part holds user addresses only.
+        let (mut kernel, mut user) = (Vec::new(), Vec::new());
+        let looped =
+            self.conv
+                .split_callchain(pid, words(ips), Some(Side::User), &mut kernel, &mut user);
         let cut = !looped
             && words(ips)
                 .filter(|&a| a < callchain::PERF_CONTEXT_MAX)

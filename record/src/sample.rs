@@ -14,7 +14,7 @@ use std::io;
 
 use flamerec_format::{Frame, Sample};
 use flamerec_symbolize::kallsyms::Kallsyms;
-use flamerec_unwind::callchain::{self, Side};
+use flamerec_unwind::callchain;
 use flamerec_unwind::{Outcome, UserRegs};
 
 use crate::deep::{Pending, Settled, Unwound, UserStack};
@@ -57,14 +57,9 @@ impl<W: io::Write> State<W> {
             kernel: Vec::new(),
             user: Vec::new(),
         };
-        let mut looped = false;
-        for (side, addr) in callchain::frames(s.callchain(), None) {
-            match side {
-                Side::Kernel => raw.kernel.push(addr),
-                Side::User if looped => {}
-                Side::User => looped = !self.conv.push_user(s.pid, addr, &mut raw.user),
-            }
-        }
+        let looped =
+            self.conv
+                .split_callchain(s.pid, s.callchain(), None, &mut raw.kernel, &mut raw.user);
         // A walk that looped reaches the cap without the stack being deep.
         if !looped {
             self.count_cut(s);
@@ -119,7 +114,7 @@ impl<W: io::Write> State<W> {
             Ok(unwound) => self.count(&unwound),
             Err(_) => self.truncated_stacks += 1,
         }
-        self.push_user(&mut raw, &addrs);
+        self.conv.unwound_frames(raw.pid, &addrs, &mut raw.user);
         self.user_addrs = addrs;
         self.finish_raw(raw);
     }
@@ -139,12 +134,6 @@ impl<W: io::Write> State<W> {
         }
     }
 
-    /// Unwound user addresses (ip first) as frames; return addresses step
-    /// back into the call instruction.
-    fn push_user(&self, raw: &mut RawSample, addrs: &[u64]) {
-        self.conv.unwound_frames(raw.pid, addrs, &mut raw.user);
-    }
-
     /// Recording ends: samples still waiting to be shown whole are written cut.
     pub(crate) fn finish_waiting(&mut self) {
         if let Some(u) = self.conv.unwinder_mut() {
@@ -157,7 +146,7 @@ impl<W: io::Write> State<W> {
         for d in done {
             self.count(&d.unwound);
             let mut raw = d.sample.raw;
-            self.push_user(&mut raw, &d.addrs);
+            self.conv.unwound_frames(raw.pid, &d.addrs, &mut raw.user);
             self.finish_raw(raw);
         }
     }
@@ -191,7 +180,7 @@ impl<W: io::Write> State<W> {
             let f = if raw.ip >= 1 << 63 {
                 self.kernel_frame(raw.ip)
             } else {
-                self.user_frame(raw.pid, raw.ip)
+                self.conv.user_frame(raw.pid, raw.ip)
             };
             frames.push(f);
         }
@@ -221,12 +210,6 @@ impl<W: io::Write> State<W> {
     /// Whether a leading kernel frame belongs to the profiler, not the workload.
     fn trimmed(&self, addr: u64) -> bool {
         self.trim.contains(addr) || (self.off_cpu && self.trim_sched.contains(addr))
-    }
-
-    /// A user frame: (module, offset) through the process's mappings, or the
-    /// bare address in the `[unknown]` module.
-    pub(crate) fn user_frame(&self, pid: u32, addr: u64) -> Frame {
-        self.conv.user_frame(pid, addr)
     }
 
     /// A kernel frame; the first time an address is seen, the symbol it

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use flamerec_convert::{Converter, Mmap};
 use flamerec_format::{Frame, Writer};
-use flamerec_unwind::callchain::{self, Side};
+use flamerec_unwind::callchain::Side;
 use flamerec_unwind::{StackUnwinder, UserRegs};
 use linux_perf_data::linux_perf_event_reader::constants::{
     PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
@@ -94,39 +94,35 @@ impl Importer {
                 self.threads.insert(tid, pid);
                 let mut frames = std::mem::take(&mut self.frames);
                 frames.clear();
-                let mut user = 0;
+                // The user frames go to `frames`, the kernel addresses to
+                // `kernel_addrs` (all of them are looked up at the end); the
+                // kernel frames then go in front, leaf first.
+                let first_kernel = self.kernel_addrs.len();
                 match &s.callchain {
                     Some(chain) => {
                         let entries = (0..chain.len()).map_while(|i| chain.get(i));
-                        let mut looped = false;
-                        for (side, addr) in callchain::frames(entries, Some(Side::User)) {
-                            match side {
-                                Side::Kernel => frames.push(self.kernel_frame(addr)),
-                                Side::User if looped => {}
-                                Side::User => {
-                                    user += 1;
-                                    looped = !self.conv.push_user(pid, addr, &mut frames);
-                                }
-                            }
-                        }
+                        self.conv.split_callchain(
+                            pid,
+                            entries,
+                            Some(Side::User),
+                            &mut self.kernel_addrs,
+                            &mut frames,
+                        );
                     }
-                    None => {
-                        if let Some(ip) = s.ip {
-                            match s.cpu_mode {
-                                CpuMode::Kernel => frames.push(self.kernel_frame(ip)),
-                                _ => {
-                                    user += 1;
-                                    frames.push(self.conv.user_frame(pid, ip));
-                                }
-                            }
-                        }
-                    }
+                    None => match (s.ip, s.cpu_mode) {
+                        (Some(ip), CpuMode::Kernel) => self.kernel_addrs.push(ip),
+                        (Some(ip), _) => frames.push(self.conv.user_frame(pid, ip)),
+                        (None, _) => {}
+                    },
                 }
                 // `--call-graph dwarf`: the kernel gave registers and a stack
                 // copy instead of user frames.
-                if user == 0 {
+                if frames.is_empty() {
                     self.unwind_user(pid, &s, &mut frames);
                 }
+                let conv = &self.conv;
+                let kernel = self.kernel_addrs[first_kernel..].iter();
+                frames.splice(0..0, kernel.map(|&a| conv.kernel_frame(a)));
                 self.conv.sample(t, pid, tid, &frames);
                 self.frames = frames;
                 self.samples += 1;
@@ -191,11 +187,6 @@ impl Importer {
             }
             _ => {}
         }
-    }
-
-    fn kernel_frame(&mut self, addr: u64) -> Frame {
-        self.kernel_addrs.push(addr);
-        self.conv.kernel_frame(addr)
     }
 
     fn unwind_user(&mut self, pid: u32, s: &SampleRecord<'_>, frames: &mut Vec<Frame>) {
