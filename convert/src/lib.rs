@@ -9,8 +9,10 @@
 //! and interns a sample's stack root first. What differs between the two
 //! stays with them: the recorder's trimming of its own kernel frames, its
 //! live stacks and deferred callchains; the importer's header and file
-//! damage handling. Splitting a callchain into kernel and user parts is
-//! `flamerec_unwind::callchain`, which both read through.
+//! damage handling. Both split callchains into kernel and user parts
+//! through [`Converter::split_callchain`] (markers read by
+//! `flamerec_unwind::callchain`), which also ends a user part where a
+//! frame-pointer walk goes round a loop.
 
 mod maps;
 
