@@ -183,7 +183,7 @@ impl<W: io::Write> Converter<W> {
     /// `initial` side, or skipped for `None`): kernel addresses are
     /// appended to `kernel` as they are, user ones to `user` as frames.
     /// The user part ends where the frame-pointer walk goes round a loop
-    /// (see [`Converter::push_user`]); returns whether it did.
+    /// (`push_user` says how one is told); returns whether it did.
     pub fn split_callchain(
         &self,
         pid: u32,
