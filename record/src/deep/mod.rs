@@ -29,8 +29,8 @@
 //! [`MAX_EVIDENCE_AGE_NS`] before) that holds its frame is settled at once;
 //! others wait (at most a few drain rounds) for the snapshot taken at the
 //! end of the round and a later sample, and are written then. A thread's
-//! stack is read again only for such samples: while its snapshot shows its
-//! samples, there is nothing to read. A thread
+//! stack is read again for such samples, and while its snapshot shows its
+//! samples only once that snapshot is half as old as it may be. A thread
 //! that exits first, whose memory cannot be read, whose frame changed or
 //! that was never sampled again leaves its waiting samples cut (their frames
 //! from the copy only), counted by cause.
@@ -55,10 +55,11 @@ const MAX_WAIT_ROUNDS: u64 = 3;
 const MAX_PENDING: usize = 4096;
 /// A snapshot shows the frames of samples taken at most this long after it
 /// was read. While a thread's samples are shown by the snapshot it has, its
-/// stack is not read again (on a cargo build, 197 reads of ≈ 600 KiB became
-/// 18–43, and `process_vm_readv` was 14% of the recorder's CPU); the bound
-/// keeps short the time in which a frame could return and another, alike
-/// enough to pass [`same_frame`], take its place under other callers.
+/// stack is read again only once that is half this old (on a cargo build,
+/// 197 reads of ≈ 600 KiB became about 40, and `process_vm_readv` had been
+/// 14% of the recorder's CPU); the bound keeps short the time in which a
+/// frame could return and another, alike enough to pass [`same_frame`],
+/// take its place under other callers.
 const MAX_EVIDENCE_AGE_NS: u64 = 100_000_000;
 /// A snapshot also reads this much below the lowest boundary its round's
 /// samples needed, so the next round's deeper samples find their frame in it.
@@ -462,10 +463,17 @@ impl Evidence<'_, '_> {
         t.pid = s.pid;
         // A snapshot read before the sample, not long before, that holds
         // its frame.
-        if self.snapshot().is_some_and(|snap| {
-            snap.read_until < s.time && s.time - snap.read_from <= MAX_EVIDENCE_AGE_NS
-        }) && self.snapshot_holds(b, copied)
-        {
+        let age = self
+            .snapshot()
+            .filter(|snap| snap.read_until < s.time)
+            .map(|snap| s.time - snap.read_from);
+        if age.is_some_and(|a| a <= MAX_EVIDENCE_AGE_NS) && self.snapshot_holds(b, copied) {
+            // Past half its time, the end of the round reads the next one,
+            // so the thread's samples need not wait for it.
+            if age.is_some_and(|a| a > MAX_EVIDENCE_AGE_NS / 2) {
+                let t = self.live.threads.entry(s.tid).or_default();
+                t.low = Some(t.low.map_or(b, |l| l.min(b)));
+            }
             return Decision::Accepted;
         }
         // Not shown by the snapshot the thread has: the end of the round
