@@ -1,8 +1,9 @@
 # Sourced by bench/run. Recorder CPU per sample (issue 16; DESIGN.md ≤ 3 µs in dwarf mode):
 # the `threads` sample runs (three busy threads on the machine's cores) and each recorder
 # attaches to it for ATTACH_S seconds at HF_FREQ (perf: `perf record -p` stopped by
-# `timeout -s INT`; GNU time counts perf as timeout's child); the recorder's user + system CPU time
-# (GNU time, 10 ms resolution) over the samples it wrote gives µs per sample, and its
+# `timeout -s INT`; perf stat counts perf as timeout's child); the recorder's CPU time (perf
+# stat's task-clock, in ns: GNU time's 10 ms ticks are 0.2 µs per sample here, and once
+# turned a 2.8 µs median into 3.06) over the samples it wrote gives µs per sample, and its
 # inverse the samples one recorder sustains per second of its own CPU.
 
 THREADS_BIN=$TARGET/release/threads
@@ -33,12 +34,12 @@ if [ -x "$THREADS_BIN" ]; then
             done
             attach_cmd "$tool" "$BG_PID" "$OUT/rec/attach.$tool"
             # timeout exits 124 when it stopped perf, as it should.
-            /usr/bin/time -f '%U %S' -o "$OUT/cpu" "${REC_CMD[@]}" > /dev/null 2> "$OUT/rec/attach.$tool.err" ||
+            perf stat -x, -e task-clock -o "$OUT/cpu" -- "${REC_CMD[@]}" > /dev/null 2> "$OUT/rec/attach.$tool.err" ||
                 [ $? = 124 ] || die "$tool attached to threads failed: $(tail -n3 "$OUT/rec/attach.$tool.err")"
             kill "$BG_PID" 2> /dev/null || true
             wait "$BG_PID" 2> /dev/null || true
             BG_PID=""
-            cpu=$(awk 'END {print $1 + $2}' "$OUT/cpu")
+            cpu=$(awk -F, '$3 == "task-clock" {print $1 / 1000}' "$OUT/cpu")
             n=$(samples_of "$tool" "$REC_FILE")
             printf '%s\t%s\t%s\t%s\n' "$tool" "$run" "$cpu" "$n" >> "$CPU_TSV"
             log "run $run $tool attached: $cpu s of CPU, $n samples"
