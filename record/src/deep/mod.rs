@@ -29,8 +29,8 @@
 //! [`MAX_EVIDENCE_AGE_NS`] before) that holds its frame is settled at once;
 //! others wait (at most a few drain rounds) for the snapshot taken at the
 //! end of the round and a later sample, and are written then. A thread's
-//! stack is read again for such samples, and while its snapshot shows its
-//! samples only once that snapshot is half as old as it may be. A thread
+//! stack is read again for such samples, or once its snapshot is half as
+//! old as it may be; not while that snapshot shows its samples. A thread
 //! that exits first, whose memory cannot be read, whose frame changed or
 //! that was never sampled again leaves its waiting samples cut (their frames
 //! from the copy only), counted by cause.
@@ -459,27 +459,24 @@ impl Evidence<'_, '_> {
         let Some(copied) = s.copy.get((b - s.regs.sp) as usize..) else {
             return Decision::Refused;
         };
-        let t = self.live.threads.entry(s.tid).or_default();
-        t.pid = s.pid;
         // A snapshot read before the sample, not long before, that holds
         // its frame.
         let age = self
             .snapshot()
             .filter(|snap| snap.read_until < s.time)
             .map(|snap| s.time - snap.read_from);
-        if age.is_some_and(|a| a <= MAX_EVIDENCE_AGE_NS) && self.snapshot_holds(b, copied) {
-            // Past half its time, the end of the round reads the next one,
-            // so the thread's samples need not wait for it.
-            if age.is_some_and(|a| a > MAX_EVIDENCE_AGE_NS / 2) {
-                let t = self.live.threads.entry(s.tid).or_default();
-                t.low = Some(t.low.map_or(b, |l| l.min(b)));
-            }
+        let shown = age.is_some_and(|a| a <= MAX_EVIDENCE_AGE_NS) && self.snapshot_holds(b, copied);
+        // Not shown by the snapshot the thread has, or by one past half its
+        // time: the end of the round reads a new one, down to here (so the
+        // thread's samples need not wait when the old one expires).
+        let t = self.live.threads.entry(s.tid).or_default();
+        t.pid = s.pid;
+        if !shown || age.is_some_and(|a| a > MAX_EVIDENCE_AGE_NS / 2) {
+            t.low = Some(t.low.map_or(b, |l| l.min(b)));
+        }
+        if shown {
             return Decision::Accepted;
         }
-        // Not shown by the snapshot the thread has: the end of the round
-        // reads a new one, down to here.
-        let t = self.live.threads.entry(s.tid).or_default();
-        t.low = Some(t.low.map_or(b, |l| l.min(b)));
         // A thread blocked with its stack pointer below B: read it now.
         if let Some((sp, pc)) = blocked_at(s.pid, s.tid).filter(|&(sp, _)| sp <= b) {
             let round = self.live.round;
