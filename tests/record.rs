@@ -572,6 +572,89 @@ fn lost_samples_are_counted_per_cpu_stored_and_explained() {
 }
 
 #[test]
+fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
+    if !perf_usable() {
+        return;
+    }
+    // The recording loop's thread is confined to the CPU the workload keeps
+    // busy, under SCHED_IDLE: it runs only when nothing else would, so it
+    // comes to its rings tens to hundreds of milliseconds apart. The rings
+    // are small (4 pages, ≈ 70 fp samples, ≈ 14 ms at 4999 Hz): the loop
+    // alone overruns them for certain (3,400–4,500 of ≈ 5,000 lost in each
+    // of 4 runs on an idle machine; load only lengthens its waits). Reader
+    // threads keep their own CPUs and nice −5: one wakes when its ring is a
+    // quarter full and has ≈ 10 ms to run, a few scheduler slices; the loop
+    // still gets the ≈ 0.3% of the CPU an idle-policy thread is left, and
+    // what it cannot take meanwhile (≈ 1 MB/s) waits in the readers' queue,
+    // far below its 64 MiB bound.
+    let bin = sample_bin(Sample::CpuMix, FramePointers::Yes);
+    let pinned = on_one_cpu(&[bin.to_str().unwrap(), "--units", "300000"]);
+    let cpu = pinned[2].clone();
+    let dir = tmp();
+    let run = |readers: &str| {
+        let out = dir.path().join(format!("readers-{readers}.frec"));
+        let rec = flamerec()
+            .args([
+                "record",
+                "-q",
+                "-g",
+                "fp",
+                "-F",
+                "4999",
+                "--mmap-pages",
+                "4",
+            ])
+            .args(["--ring-readers", readers, "-o"])
+            .arg(&out)
+            .arg("--")
+            .args(&pinned)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for("cpu-mix to start under flamerec", || {
+            descendant(rec.id(), "cpu-mix").is_some()
+        });
+        // The loop is the process's first thread: its id is the pid, and
+        // taskset -p and chrt -p without -a change that thread alone.
+        let pid = rec.id().to_string();
+        for cmd in [
+            vec!["taskset", "-p", "-c", &cpu, &pid],
+            vec!["chrt", "-i", "-p", "0", &pid],
+        ] {
+            let st = Command::new(cmd[0])
+                .args(&cmd[1..])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap_or_else(|e| panic!("{} (util-linux) runs: {e}", cmd[0]));
+            assert!(st.success(), "{cmd:?}: {st}");
+        }
+        let o = rec.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let info = info_json(&out);
+        let lost = info["lost_samples"].as_u64().unwrap();
+        let samples = info["samples"].as_u64().unwrap();
+        (out, lost, samples, err)
+    };
+    let (_, lost, samples, err) = run("off");
+    assert!(
+        lost > 0,
+        "the loop alone lost nothing ({samples} samples), so this test does not force what readers are for: {err}"
+    );
+    let (out, lost, samples, err) = run("2");
+    assert_eq!(lost, 0, "{samples} samples: {err}");
+    assert!(err.contains("rings read by 2 reader threads"), "{err}");
+    // ≈ 5,000 samples for 1 s of work; the records the readers queued come
+    // back in time order, whole, in the workload's split.
+    assert!(samples >= 2000, "{samples} samples: {err}");
+    assert_expected_shares(&fold(&out, &["--no-inline"]), Sample::CpuMix);
+    // Left to itself, the loop hands its rings over once it finds one over
+    // half full.
+    let (_, _, _, err) = run("auto");
+    assert!(err.contains("rings read by 2 reader threads from"), "{err}");
+}
+
+#[test]
 fn task_clock_samples_the_same_split() {
     let bin = sample_bin(Sample::CpuMix, FramePointers::No);
     let dir = tmp();

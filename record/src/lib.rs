@@ -19,6 +19,7 @@ mod embed;
 mod launch;
 mod loss;
 mod raw;
+mod readers;
 mod rings;
 mod sample;
 mod session;
@@ -125,6 +126,22 @@ pub struct RecordOptions {
     /// Resolve sampled user addresses to names while recording and store
     /// them in the file (`None`: leave them to `fold`).
     pub embed_names: Option<EmbedOptions>,
+    /// Who reads the ring buffers.
+    pub ring_readers: RingReaders,
+}
+
+/// Who reads the ring buffers while recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RingReaders {
+    /// The loop that writes the recording reads them in place, and hands
+    /// them to reader threads (per-CPU groups) once it finds one over half
+    /// full: a loop that waits for a CPU would next let it overrun.
+    #[default]
+    Auto,
+    /// The loop alone, however late it is.
+    Off,
+    /// This many reader threads from the start (at most one per ring).
+    Threads(usize),
 }
 
 /// Where the names embedded in a recording come from.
@@ -168,6 +185,7 @@ impl Default for RecordOptions {
             mmap_pages: None,
             stack_size: DEFAULT_STACK_SIZE,
             embed_names: Some(EmbedOptions::standard()),
+            ring_readers: RingReaders::Auto,
         }
     }
 }
@@ -219,6 +237,8 @@ pub struct RecordSummary {
     /// (not the command's), at /proc's 10 ms resolution; `None` when /proc
     /// could not say.
     pub recorder_cpu: Option<Duration>,
+    /// Reader threads that took the rings over, and when (since the start).
+    pub ring_readers: Option<(usize, Duration)>,
 }
 
 /// What embedding names did.

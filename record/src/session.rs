@@ -18,11 +18,14 @@ use crate::depth::MaxStack;
 use crate::embed::{Names, Pending};
 use crate::launch::{c_strings, find_program};
 use crate::loss::Phase;
+use crate::readers::Readers;
 use crate::rings::{self, read_trimmed};
 use crate::spool::Spool;
 use crate::state::{Event, State};
 use crate::sys::{self, Counter, EventConfig, RingBuffer, SuspendedChild, WaitStatus};
-use crate::{CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, Target};
+use crate::{
+    CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, RingReaders, Target,
+};
 use flamerec_perf::procfs;
 use flamerec_symbolize::kallsyms::Kallsyms;
 use flamerec_symbolize::live::exec_maps;
@@ -61,6 +64,9 @@ struct Plan {
     /// The command to start: argv, the program found on PATH, C strings.
     launch: Option<Launch>,
     warnings: Vec<String>,
+    /// The CPUs the recording may use, as it starts: where ring readers may
+    /// run, whatever becomes of the loop's own thread.
+    allowed: Vec<usize>,
 }
 
 /// A command to start: its argv, the program found on PATH, and what
@@ -131,6 +137,7 @@ impl Plan {
             Target::System => None,
         };
         Ok(Plan {
+            allowed: sys::allowed_cpus(),
             dwarf,
             off_cpu,
             defer,
@@ -208,6 +215,11 @@ struct Session {
     scratch: Vec<Vec<u8>>,
     /// Names frames while recording, when names are embedded.
     names: Option<Names>,
+    /// Threads that read the rings once the loop fell behind (or from the
+    /// start, when asked), and when they started.
+    readers: Option<(Readers, Duration)>,
+    /// The CPUs the recording may use, as it started.
+    allowed: Vec<usize>,
 }
 
 /// How the loop ended.
@@ -229,6 +241,7 @@ impl Session {
             counter,
             launch,
             mut warnings,
+            allowed,
         } = plan;
         // Before anything is started: a failure here leaves nothing behind.
         let names = match &opts.embed_names {
@@ -459,6 +472,8 @@ impl Session {
             pid,
             scratch,
             names,
+            readers: None,
+            allowed,
         })
     }
 
@@ -478,6 +493,8 @@ impl Session {
             pid,
             scratch,
             names,
+            readers,
+            allowed,
             ..
         } = self;
         let pid = *pid;
@@ -490,6 +507,10 @@ impl Session {
         // ahead of it, so a workload on every core does not starve the reads
         // (as root; refused otherwise, and then the loss cause says so).
         let _ = sys::raise_recorder_priority();
+        // Readers started from here on share that priority.
+        if let RingReaders::Threads(n) = opts.ring_readers {
+            *readers = Some((start_readers(events, n, allowed)?, started.elapsed()));
+        }
         let mut exit = None;
         let mut signals_seen = 0;
         let mut stopped_by = None;
@@ -502,6 +523,9 @@ impl Session {
                 .map(|e| e.fd.as_fd())
                 .collect();
             fds.push(sig.wake.as_fd());
+            if let Some((r, _)) = readers.as_ref() {
+                fds.push(r.wake_fd());
+            }
             st.losses.phase_begins();
             sys::poll_readable(&fds, POLL_MS).map_err(|e| RecordError::Sys {
                 what: "poll".into(),
@@ -509,8 +533,21 @@ impl Session {
             })?;
             let mut sink = [0u8; 64];
             while matches!((&sig.wake).read(&mut sink), Ok(n) if n > 0) {}
+            if let Some((r, _)) = readers.as_ref() {
+                r.clear_wake();
+            }
             st.losses.phase_done(Phase::Poll);
-            st.drain(events, scratch);
+            let taken = readers.as_ref().map_or_else(Vec::new, |(r, _)| r.take());
+            let late = st.drain(events, scratch, taken);
+            if late && readers.is_none() && opts.ring_readers == RingReaders::Auto {
+                // A ring was over half full when the loop came to it: the
+                // next wait for a CPU could overrun it.
+                let n = events.iter().filter(|e| e.ring.is_some()).count();
+                *readers = Some((
+                    start_readers(events, auto_readers(n), allowed)?,
+                    started.elapsed(),
+                ));
+            }
             st.losses.phase_done(Phase::Drain);
             if let Some(n) = names {
                 n.offer(st.conv.writer());
@@ -595,6 +632,8 @@ impl Session {
             pid,
             mut scratch,
             names,
+            readers,
+            ..
         } = self;
         let Ended {
             mut exit,
@@ -608,7 +647,9 @@ impl Session {
         for e in &events {
             let _ = sys::disable(&e.fd);
         }
-        st.drain(&mut events, &mut scratch);
+        let ring_readers = readers.as_ref().map(|(r, at)| (r.count(), *at));
+        let taken = readers.map_or_else(Vec::new, |(r, _)| r.stop());
+        st.drain(&mut events, &mut scratch, taken);
         // Closed before the sysctl is put back: the kernel refuses to change it
         // while events with callchains are open.
         drop(events);
@@ -692,8 +733,28 @@ impl Session {
             warnings,
             names,
             recorder_cpu,
+            ring_readers,
         })
     }
+}
+
+/// Moves the rings of `events` to `n` reader threads.
+fn start_readers(
+    events: &mut [Event],
+    n: usize,
+    allowed: &[usize],
+) -> Result<Readers, RecordError> {
+    Readers::start(events, n, allowed).map_err(|e| RecordError::Sys {
+        what: "starting the threads that read the ring buffers".into(),
+        source: e,
+    })
+}
+
+/// Readers started when the loop falls behind with `rings` rings: one per
+/// group of up to 8 neighbouring CPUs, and at least two, so that one CPU
+/// kept busy does not stop the reading.
+fn auto_readers(rings: usize) -> usize {
+    rings.div_ceil(8).max(2).min(rings.max(1))
 }
 
 /// Whether this kernel takes `defer_callchain` (Linux 6.19+; older ones
@@ -788,7 +849,11 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
                         what: "sharing a ring buffer (PERF_EVENT_IOC_SET_OUTPUT)".into(),
                         source: e,
                     })?;
-                    events.push(Event { fd, ring: None });
+                    events.push(Event {
+                        cpu,
+                        fd,
+                        ring: None,
+                    });
                 }
                 None => {
                     let ring =
@@ -798,6 +863,7 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
                         })?;
                     owner = Some(events.len());
                     events.push(Event {
+                        cpu,
                         fd,
                         ring: Some(ring),
                     });

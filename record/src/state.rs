@@ -21,6 +21,8 @@ use flamerec_symbolize::live::vdso_image;
 
 /// One perf event of one CPU (or its ring owner).
 pub(crate) struct Event {
+    /// The CPU it counts on (-1: any).
+    pub(crate) cpu: i32,
     pub(crate) fd: std::os::fd::OwnedFd,
     pub(crate) ring: Option<sys::RingBuffer>,
 }
@@ -129,30 +131,44 @@ impl<W: io::Write> State<W> {
         t.saturating_sub(self.start_mono)
     }
 
-    /// Copies every ring out, then handles the records of all CPUs in time
-    /// order, so an exec or mmap on one CPU precedes samples on another.
-    pub(crate) fn drain(&mut self, events: &mut [Event], scratch: &mut [Vec<u8>]) {
+    /// Reads every ring the loop still owns in place, and the records ring
+    /// readers queued (`taken`, whole), then handles the records of all CPUs in time order,
+    /// so an exec or mmap on one CPU precedes samples on another. Returns
+    /// whether a ring the loop reads was over half full: the loop is late.
+    pub(crate) fn drain(
+        &mut self,
+        events: &mut [Event],
+        scratch: &mut [Vec<u8>],
+        taken: Vec<Vec<u8>>,
+    ) -> bool {
         self.losses.begin_round();
         // Records are read in place in the rings (a dwarf sample carries a
         // whole stack copy; copying them out was a fifth of the recorder's
         // CPU); only the one record a ring's wrap cuts in two is copied.
         let mut published = Vec::with_capacity(events.len());
+        let mut late = false;
         {
             let mut views: Vec<(&[u8], &[u8])> = Vec::with_capacity(events.len());
             for (e, sc) in events.iter().zip(scratch.iter_mut()) {
                 let (a, b) = e.ring.as_ref().map_or((&[][..], &[][..]), |r| r.peek());
+                if let Some(r) = &e.ring {
+                    late |= (a.len() + b.len()) * 2 > r.data_size();
+                }
                 let (end, start) = straddle(a, b, sc);
                 published.push(a.len() + b.len());
                 views.push((&a[..end], &b[start..]));
             }
             let mut recs = Vec::new();
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(3 * views.len() + taken.len());
             for ((a, b), sc) in views.into_iter().zip(scratch.iter()) {
-                for part in [a, &sc[..], b] {
-                    for (ty, misc, body) in split(part, &mut self.malformed) {
-                        match self.layout.decode(ty, misc, body) {
-                            Some(r) => recs.push(r),
-                            None => self.malformed += 1,
-                        }
+                parts.extend([a, &sc[..], b]);
+            }
+            parts.extend(taken.iter().map(Vec::as_slice));
+            for part in parts {
+                for (ty, misc, body) in split(part, &mut self.malformed) {
+                    match self.layout.decode(ty, misc, body) {
+                        Some(r) => recs.push(r),
+                        None => self.malformed += 1,
                     }
                 }
             }
@@ -171,6 +187,7 @@ impl<W: io::Write> State<W> {
             self.write_settled(done);
         }
         self.end_deferred_round();
+        late
     }
 
     fn handle(&mut self, r: PerfRecord<'_>) {

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use flamerec_record::{CallGraph, EventKind, RecordError, RecordOptions, Target, WaitStatus};
+use flamerec_record::{
+    CallGraph, EventKind, RecordError, RecordOptions, RingReaders, Target, WaitStatus,
+};
 
 use super::Exit;
 
@@ -77,6 +79,11 @@ pub struct Args {
     /// Leave user-space names out of the file (fold then reads the binaries).
     #[arg(long)]
     no_embed_symbols: bool,
+    /// Threads that read the ring buffers: auto (the loop reads them, and
+    /// hands them to per-CPU reader threads once it falls behind), off, or N
+    /// reader threads from the start.
+    #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = parse_readers)]
+    ring_readers: RingReaders,
     /// No progress line.
     #[arg(short, long)]
     quiet: bool,
@@ -120,6 +127,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         mmap_pages: a.mmap_pages,
         stack_size: a.stack_size,
         embed_names: (!a.no_embed_symbols).then(flamerec_record::EmbedOptions::standard),
+        ring_readers: a.ring_readers,
     };
     let live = !a.quiet && std::io::stderr().is_terminal();
     let mut progress = |p: &flamerec_record::Progress| {
@@ -172,8 +180,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ),
         _ => String::new(),
     };
+    let readers = match summary.ring_readers {
+        Some((n, at)) => format!(
+            ", rings read by {n} reader thread{} from {:.2} s",
+            if n == 1 { "" } else { "s" },
+            at.as_secs_f64()
+        ),
+        None => String::new(),
+    };
     eprintln!(
-        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}{own_cpu}",
+        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}{own_cpu}{readers}",
         summary.samples,
         summary.lost,
         summary.processes,
@@ -203,4 +219,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             None => ExitCode::SUCCESS,
         },
     })
+}
+
+/// `--ring-readers`: auto, off, or a number of threads (1–1024).
+fn parse_readers(s: &str) -> Result<RingReaders, String> {
+    match s {
+        "auto" => Ok(RingReaders::Auto),
+        "off" => Ok(RingReaders::Off),
+        n => match n.parse::<usize>() {
+            Ok(n @ 1..=1024) => Ok(RingReaders::Threads(n)),
+            _ => Err(format!(
+                "expected auto, off or a number of threads from 1 to 1024, not {n:?}"
+            )),
+        },
+    }
 }

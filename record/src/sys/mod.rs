@@ -5,9 +5,11 @@
 //!
 //! Each item here is a safe wrapper; callers never see a raw pointer.
 
+mod affinity;
 mod launch;
 mod priority;
 
+pub use affinity::{allowed_cpus, run_on};
 pub use flamerec_perf::sys::*;
 pub use launch::{kill, wait_nohang, SuspendedChild, WaitStatus};
 pub use priority::{lower_namer_priority, raise_recorder_priority, restore_namer_priority};
