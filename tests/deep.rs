@@ -70,7 +70,7 @@ type Stacks = Vec<(Vec<String>, u64)>;
 /// `pinned`, see [`on_one_cpu`]); the folded stacks (inlined frames left
 /// out) and the count of each shape (whole, cut, other, wrong), or `None`
 /// when perf tests are skipped.
-fn record_deep(args: &[&str], pinned: bool) -> Option<(Stacks, [u64; 4])> {
+fn record_deep(args: &[&str], pinned: bool, extra: &[&str]) -> Option<(Stacks, [u64; 4])> {
     let bin = sample_bin(Sample::DeepStack, FramePointers::No);
     let dir = tmp();
     let out = dir.path().join("deep.frec");
@@ -82,7 +82,7 @@ fn record_deep(args: &[&str], pinned: bool) -> Option<(Stacks, [u64; 4])> {
         cmd.iter().map(|a| a.to_string()).collect()
     };
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let o = record(&out, &[], &cmd)?;
+    let o = record(&out, extra, &cmd)?;
     assert!(o.status.success(), "{}", stderr(&o));
     let stacks = fold(&out, &["--no-inline"]);
     let mut counts = [0u64; 4];
@@ -124,7 +124,7 @@ fn record_deep(args: &[&str], pinned: bool) -> Option<(Stacks, [u64; 4])> {
 fn stacks_deeper_than_their_copy_are_whole_and_exact_on_both_threads() {
     // ≈ 2 s of work split over the two threads, in two rounds each.
     let args = ["--units", "570000", "--round-units", "142500"];
-    let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, true) else {
+    let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, true, &[]) else {
         return;
     };
     let wrong_stacks: Vec<_> = stacks
@@ -169,16 +169,20 @@ fn stacks_that_change_before_they_can_be_shown_stay_cut_never_stitched_wrong() {
     // by the time a sample's thread is read, its frames have often been
     // replaced by the other chain's.
     let args = ["--units", "570000", "--alternate", "--round-units", "1000"];
-    let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, false) else {
-        return;
-    };
-    let wrong_stacks: Vec<_> = stacks
-        .iter()
-        .filter(|(s, _)| shape(s) == Shape::Wrong)
-        .collect();
-    assert_eq!(wrong, 0, "stitched wrong: {wrong_stacks:?}");
-    // The case happened (some were cut), and was not everything.
-    assert!(cut > 0 && whole > 0, "{whole} whole, {cut} cut");
+    // Read in place by the loop, and copied out by ring readers (which the
+    // loop starts when it falls behind): the same proof either way.
+    for extra in [&[][..], &["--ring-readers", "2"][..]] {
+        let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, false, extra) else {
+            return;
+        };
+        let wrong_stacks: Vec<_> = stacks
+            .iter()
+            .filter(|(s, _)| shape(s) == Shape::Wrong)
+            .collect();
+        assert_eq!(wrong, 0, "{extra:?}: stitched wrong: {wrong_stacks:?}");
+        // The case happened (some were cut), and was not everything.
+        assert!(cut > 0 && whole > 0, "{extra:?}: {whole} whole, {cut} cut");
+    }
 }
 
 /// Margins. What is asserted is what info reports, not how fast frames may

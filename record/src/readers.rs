@@ -11,28 +11,35 @@
 //! its rings to fill and the kernel counts what it drops, as without
 //! readers.
 //!
-//! The loop sorts the records it takes in a round by time, as it does
-//! those it reads in place. A ring's records reach it up to a reader's pass
-//! ([`IDLE_POLL_MS`]) late, so across CPUs the order holds within that: a
-//! mapping made on one CPU that little before a sample on another may come
-//! after it. Holding records back until every reader has copied past them
-//! was tried: the loop's proof that a deep stack is live (see `deep`) needs
-//! samples handled before the next snapshot of their thread is read, and
-//! held samples cut three in four deep stacks of the deep-stack sample.
+//! The loop handles the records of a round in time order, so that an exec
+//! or mapping on one CPU comes before the samples that follow it on
+//! another. Reading in place, it sees every ring as of one moment. With
+//! readers, each round begins by asking every reader for a pass and waiting
+//! (at most [`SYNC_WAIT`]) until each has handed over what its rings held
+//! when asked: the rings are then in as of that moment too. A reader kept
+//! from every CPU of its group past the wait leaves its records for a later
+//! round. Holding newer records back across rounds until
+//! every reader had copied past them was tried and dropped: the loop's
+//! proof that a deep stack is live (see `deep`) needs samples handled
+//! before the next snapshot of their thread is read, and held samples cut
+//! three in four deep stacks of the deep-stack sample.
 
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::state::Event;
 use crate::sys::{self, RingBuffer};
 
-/// How often a reader copies its rings when none passed its wake-up mark:
-/// how late the records of a quiet ring may reach the loop.
-const IDLE_POLL_MS: i32 = 5;
+/// How long an idle reader sleeps at most (the loop asks for passes
+/// itself; this only notices hang-ups and the stop).
+const IDLE_POLL_MS: i32 = 50;
+/// How long a round waits for the readers' passes.
+const SYNC_WAIT: Duration = Duration::from_millis(2);
 /// The queue holds at most this many times the readers' rings' bytes, and
 /// at least [`QUEUE_MIN`] (small frame-pointer rings), at most
 /// [`QUEUE_MAX`] (many CPUs).
@@ -46,6 +53,8 @@ pub(crate) struct Readers {
     threads: Vec<JoinHandle<()>>,
     /// Readers write a byte here when they queued records; the loop polls it.
     wake: UnixStream,
+    /// One per reader: a byte written here asks it for a pass now.
+    kicks: Vec<UnixStream>,
 }
 
 struct Shared {
@@ -54,6 +63,10 @@ struct Shared {
     queued: AtomicUsize,
     cap: usize,
     stop: AtomicBool,
+    /// Passes the loop asked for, counted.
+    asked: AtomicU64,
+    /// Per reader: the last request whose pass it has handed over.
+    done: Vec<AtomicU64>,
 }
 
 impl Readers {
@@ -92,6 +105,8 @@ impl Readers {
                 .saturating_mul(QUEUE_RINGS)
                 .clamp(QUEUE_MIN, QUEUE_MAX),
             stop: AtomicBool::new(false),
+            asked: AtomicU64::new(0),
+            done: (0..n).map(|_| AtomicU64::new(0)).collect(),
         });
         let per = owned.len().div_ceil(n).max(1);
         let mut groups: Vec<Vec<(i32, OwnedFd, RingBuffer)>> = Vec::new();
@@ -104,7 +119,12 @@ impl Readers {
             groups.push(g);
         }
         let mut handles = Vec::new();
+        let mut kicks = Vec::new();
         for (k, group) in groups.into_iter().enumerate() {
+            let (kick, kick_rx) = UnixStream::pair()?;
+            kick.set_nonblocking(true)?;
+            kick_rx.set_nonblocking(true)?;
+            kicks.push(kick);
             let mut cpus: Vec<usize> = group
                 .iter()
                 .filter_map(|(cpu, _, _)| usize::try_from(*cpu).ok())
@@ -125,7 +145,7 @@ impl Readers {
                     if !cpus.is_empty() {
                         let _ = sys::run_on(&cpus);
                     }
-                    read_loop(rings, &shared, tx)
+                    read_loop(k, rings, &shared, tx, kick_rx)
                 })?;
             handles.push(h);
         }
@@ -133,6 +153,7 @@ impl Readers {
             shared,
             threads: handles,
             wake,
+            kicks,
         })
     }
 
@@ -152,8 +173,36 @@ impl Readers {
         while matches!(io::Read::read(&mut &self.wake, &mut sink), Ok(n) if n > 0) {}
     }
 
-    /// Takes what the readers queued: whole records.
+    /// Asks every reader for a pass, waits for them (at most
+    /// [`SYNC_WAIT`]), and takes what they queued: whole records.
     pub(crate) fn take(&self) -> Vec<Vec<u8>> {
+        let want = self.shared.asked.fetch_add(1, Ordering::AcqRel) + 1;
+        for k in &self.kicks {
+            let _ = (&*k).write(&[1]);
+        }
+        let until = Instant::now() + SYNC_WAIT;
+        loop {
+            let answered = self
+                .shared
+                .done
+                .iter()
+                .all(|d| d.load(Ordering::Acquire) >= want);
+            if answered {
+                break;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let ms = left.as_millis().clamp(1, 1000) as i32;
+            let _ = sys::poll_readable(&[self.wake.as_fd()], ms);
+            self.clear_wake();
+        }
+        self.collect()
+    }
+
+    /// What the readers queued, without asking for a pass.
+    fn collect(&self) -> Vec<Vec<u8>> {
         let chunks = std::mem::take(&mut *lock(&self.shared.chunks));
         let bytes: usize = chunks.iter().map(Vec::len).sum();
         self.shared.queued.fetch_sub(bytes, Ordering::AcqRel);
@@ -164,10 +213,13 @@ impl Readers {
     /// disabled by then) and returns everything left.
     pub(crate) fn stop(mut self) -> Vec<Vec<u8>> {
         self.shared.stop.store(true, Ordering::Release);
+        for k in &self.kicks {
+            let _ = (&*k).write(&[1]);
+        }
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
-        self.take()
+        self.collect()
     }
 }
 
@@ -178,13 +230,23 @@ fn lock<T>(m: &Mutex<Vec<T>>) -> std::sync::MutexGuard<'_, Vec<T>> {
 
 /// One reader: copies its rings out whenever they pass the wake-up mark,
 /// and at least every [`IDLE_POLL_MS`].
-fn read_loop(mut rings: Vec<(OwnedFd, RingBuffer)>, shared: &Shared, mut tx: UnixStream) {
+fn read_loop(
+    k: usize,
+    mut rings: Vec<(OwnedFd, RingBuffer)>,
+    shared: &Shared,
+    mut tx: UnixStream,
+    kick: UnixStream,
+) {
     // Copies not yet handed to the loop: the queue's lock is only tried,
     // never waited for, since the loop may have been preempted holding it
     // (by the very task that keeps it from its CPU).
     let mut pending: Vec<Vec<u8>> = Vec::new();
+    let mut sink = [0u8; 64];
     loop {
         let stopping = shared.stop.load(Ordering::Acquire);
+        while matches!(io::Read::read(&mut &kick, &mut sink), Ok(n) if n > 0) {}
+        // Read before the pass: what the rings hold now is in it.
+        let asked = shared.asked.load(Ordering::Acquire);
         let mut full = false;
         for (_, ring) in rings.iter_mut() {
             let (a, b) = ring.peek();
@@ -213,7 +275,9 @@ fn read_loop(mut rings: Vec<(OwnedFd, RingBuffer)>, shared: &Shared, mut tx: Uni
             } else {
                 false
             };
-        if handed {
+        let answered =
+            pending.is_empty() && !full && shared.done[k].swap(asked, Ordering::AcqRel) < asked;
+        if handed || answered {
             let _ = tx.write(&[1]);
         }
         if stopping {
@@ -223,18 +287,21 @@ fn read_loop(mut rings: Vec<(OwnedFd, RingBuffer)>, shared: &Shared, mut tx: Uni
             // A ring holds more than the queue takes, or the queue is
             // locked: wait for the loop instead of polling descriptors that
             // stay readable.
-            std::thread::sleep(std::time::Duration::from_millis(1));
+            std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        let fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
-        let polled = std::time::Instant::now();
+        let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
+        fds.push(kick.as_fd());
+        let polled = Instant::now();
         let _ = sys::poll_readable(&fds, IDLE_POLL_MS);
-        if polled.elapsed() < std::time::Duration::from_micros(100)
+        if polled.elapsed() < Duration::from_micros(100)
+            && shared.asked.load(Ordering::Acquire) == asked
             && rings.iter().all(|(_, r)| r.peek().0.is_empty())
         {
-            // Readable at once with nothing to read: the monitored tasks are
-            // gone (a hang-up stays readable). Do not spin until the stop.
-            std::thread::sleep(std::time::Duration::from_millis(IDLE_POLL_MS as u64));
+            // Readable at once with nothing to read and nothing asked: the
+            // monitored tasks are gone (a hang-up stays readable). Do not
+            // spin until the stop.
+            std::thread::sleep(Duration::from_millis(IDLE_POLL_MS as u64));
         }
     }
 }
