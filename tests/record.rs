@@ -478,6 +478,18 @@ fn sys_is_root() -> bool {
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
+/// Waits for a recording started with stderr piped; asserts it succeeded
+/// and returns what its file counts lost and written, and its stderr.
+fn lost_of(rec: std::process::Child, out: &std::path::Path) -> (u64, u64, String) {
+    let o = rec.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let info = info_json(out);
+    let lost = info["lost_samples"].as_u64().unwrap();
+    let samples = info["samples"].as_u64().unwrap();
+    (lost, samples, err)
+}
+
 #[test]
 fn lost_samples_are_counted_per_cpu_stored_and_explained() {
     if !perf_usable() {
@@ -532,12 +544,8 @@ fn lost_samples_are_counted_per_cpu_stored_and_explained() {
         .status()
         .unwrap()
         .success());
-    let o = rec.wait_with_output().unwrap();
-    let err = stderr(&o);
-    assert!(o.status.success(), "{err}");
+    let (lost, samples, err) = lost_of(rec, &out);
     let info = info_json(&out);
-    let lost = info["lost_samples"].as_u64().unwrap();
-    let samples = info["samples"].as_u64().unwrap();
     assert!(
         lost * 100 > samples + lost,
         "{lost} lost of {samples}: {err}"
@@ -594,16 +602,7 @@ fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
     let run = |readers: &str| {
         let out = dir.path().join(format!("readers-{readers}.frec"));
         let rec = flamerec()
-            .args([
-                "record",
-                "-q",
-                "-g",
-                "fp",
-                "-F",
-                "4999",
-                "--mmap-pages",
-                "4",
-            ])
+            .args("record -q -g fp -F 4999 --mmap-pages 4".split(' '))
             .args(["--ring-readers", readers, "-o"])
             .arg(&out)
             .arg("--")
@@ -628,12 +627,7 @@ fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
                 .unwrap_or_else(|e| panic!("{} (util-linux) runs: {e}", cmd[0]));
             assert!(st.success(), "{cmd:?}: {st}");
         }
-        let o = rec.wait_with_output().unwrap();
-        let err = stderr(&o);
-        assert!(o.status.success(), "{err}");
-        let info = info_json(&out);
-        let lost = info["lost_samples"].as_u64().unwrap();
-        let samples = info["samples"].as_u64().unwrap();
+        let (lost, samples, err) = lost_of(rec, &out);
         (out, lost, samples, err)
     };
     let (_, lost, samples, err) = run("off");
