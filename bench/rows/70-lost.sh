@@ -53,12 +53,16 @@ if [ -n "$FLAMEREC_DWARF_NA" ] || [ ! -x "$THREADS_BIN" ]; then
 else
     THREADS_UNITS=$(calibrate "$CPU_S" 100000 "$THREADS_BIN" --units)
     : > "$OUT/lost-threads.txt"
+    : > "$OUT/lost-threads.log"
     log "lost samples: threads --units $THREADS_UNITS at $HF_FREQ Hz dwarf"
     for run in $(seq 1 "$RUNS"); do
         "$FLAMEREC" record -q -F "$HF_FREQ" -g dwarf -o "$OUT/rec/lost-threads.frec" -- \
             "$THREADS_BIN" --units "$THREADS_UNITS" > /dev/null 2> "$OUT/rec/lost-threads.err" ||
             die "recording threads at $HF_FREQ Hz failed: $(tail -n3 "$OUT/rec/lost-threads.err")"
         lost_of "$OUT/rec/lost-threads.frec" >> "$OUT/lost-threads.txt"
+        # Each run's summary (and warning: lost samples name their cause, and
+        # whether ring readers took over), kept beside the counts.
+        sed "s/^/run $run: /" "$OUT/rec/lost-threads.err" >> "$OUT/lost-threads.log"
     done
     lost_cell "$OUT/lost-threads.txt"
     row "lost samples / (samples + lost), root, \`threads --units $THREADS_UNITS\` (3 threads, every core busy) from its start, $HF_FREQ Hz dwarf, all runs" \

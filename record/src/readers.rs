@@ -71,10 +71,10 @@ struct Shared {
 
 impl Readers {
     /// Moves the rings of `events` to `threads` readers (at most one per
-    /// ring), in groups of neighbouring CPUs. Each reader runs on its
-    /// group's CPUs among `allowed` (those the recording started with):
-    /// it reads ring memory where the kernel just wrote it, and a loop
-    /// thread later confined to one CPU does not confine the readers.
+    /// ring), in groups of neighbouring CPUs. Readers may run on any CPU of
+    /// `allowed` (those the recording started with): a loop thread later
+    /// confined to one CPU does not confine them, and a reader whose own
+    /// CPUs are busy runs wherever the scheduler finds room first.
     pub(crate) fn start(
         events: &mut [Event],
         threads: usize,
@@ -85,15 +85,11 @@ impl Readers {
         let fds = events
             .iter()
             .filter(|e| e.ring.is_some())
-            .map(|e| Ok((e.cpu, e.fd.try_clone()?)))
-            .collect::<io::Result<Vec<(i32, OwnedFd)>>>()?;
+            .map(|e| e.fd.try_clone())
+            .collect::<io::Result<Vec<OwnedFd>>>()?;
         let rings = events.iter_mut().filter_map(|e| e.ring.take());
-        let owned: Vec<(i32, OwnedFd, RingBuffer)> = fds
-            .into_iter()
-            .zip(rings)
-            .map(|((cpu, fd), r)| (cpu, fd, r))
-            .collect();
-        let ring_bytes: usize = owned.iter().map(|(_, _, r)| r.data_size()).sum();
+        let owned: Vec<(OwnedFd, RingBuffer)> = fds.into_iter().zip(rings).collect();
+        let ring_bytes: usize = owned.iter().map(|(_, r)| r.data_size()).sum();
         let n = threads.clamp(1, owned.len().max(1));
         let (wake, wake_tx) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
@@ -109,7 +105,7 @@ impl Readers {
             done: (0..n).map(|_| AtomicU64::new(0)).collect(),
         });
         let per = owned.len().div_ceil(n).max(1);
-        let mut groups: Vec<Vec<(i32, OwnedFd, RingBuffer)>> = Vec::new();
+        let mut groups: Vec<Vec<(OwnedFd, RingBuffer)>> = Vec::new();
         let mut rest = owned.into_iter();
         loop {
             let g: Vec<_> = rest.by_ref().take(per).collect();
@@ -120,24 +116,14 @@ impl Readers {
         }
         let mut handles = Vec::new();
         let mut kicks = Vec::new();
-        for (k, group) in groups.into_iter().enumerate() {
+        for (k, rings) in groups.into_iter().enumerate() {
             let (kick, kick_rx) = UnixStream::pair()?;
             kick.set_nonblocking(true)?;
             kick_rx.set_nonblocking(true)?;
             kicks.push(kick);
-            let mut cpus: Vec<usize> = group
-                .iter()
-                .filter_map(|(cpu, _, _)| usize::try_from(*cpu).ok())
-                .filter(|c| allowed.contains(c))
-                .collect();
-            // Not on its CPUs (outside what the recording may use): wherever
-            // the loop could run when it started.
-            if cpus.is_empty() {
-                cpus = allowed.to_vec();
-            }
-            let rings = group.into_iter().map(|(_, fd, r)| (fd, r)).collect();
             let shared = Arc::clone(&shared);
             let tx = wake_tx.try_clone()?;
+            let cpus = allowed.to_vec();
             let h = std::thread::Builder::new()
                 .name(format!("flamerec-read{k}"))
                 .spawn(move || {

@@ -849,11 +849,7 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
                         what: "sharing a ring buffer (PERF_EVENT_IOC_SET_OUTPUT)".into(),
                         source: e,
                     })?;
-                    events.push(Event {
-                        cpu,
-                        fd,
-                        ring: None,
-                    });
+                    events.push(Event { fd, ring: None });
                 }
                 None => {
                     let ring =
@@ -863,7 +859,6 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
                         })?;
                     owner = Some(events.len());
                     events.push(Event {
-                        cpu,
                         fd,
                         ring: Some(ring),
                     });

@@ -21,8 +21,6 @@ use flamerec_symbolize::live::vdso_image;
 
 /// One perf event of one CPU (or its ring owner).
 pub(crate) struct Event {
-    /// The CPU it counts on (-1: any).
-    pub(crate) cpu: i32,
     pub(crate) fd: std::os::fd::OwnedFd,
     pub(crate) ring: Option<sys::RingBuffer>,
 }
