@@ -592,10 +592,9 @@ fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
     // of 4 runs on an idle machine; load only lengthens its waits). Reader
     // threads may run on any CPU flamerec started with, at nice −5: one
     // wakes when its ring is a quarter full and has ≈ 10 ms to run, a few
-    // scheduler slices; the loop
-    // still gets the ≈ 0.3% of the CPU an idle-policy thread is left, and
-    // what it cannot take meanwhile (≈ 1 MB/s) waits in the readers' queue,
-    // far below its 64 MiB bound.
+    // scheduler slices; the loop still gets the ≈ 0.3% of the CPU an
+    // idle-policy thread is left, and what it cannot take meanwhile
+    // (≈ 1 MB/s) waits in the readers' queue, far below its 64 MiB bound.
     let bin = sample_bin(Sample::CpuMix, FramePointers::Yes);
     let pinned = on_one_cpu(&[bin.to_str().unwrap(), "--units", "300000"]);
     let cpu = pinned[2].clone();
