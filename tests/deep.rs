@@ -98,6 +98,16 @@ fn record_deep(args: &[&str], pinned: bool, extra: &[&str]) -> Option<(Stacks, [
     Some((stacks, counts))
 }
 
+/// Asserts that `wrong` (the count of stitched-wrong samples) is 0, naming
+/// the wrong stacks and `what` was recorded otherwise.
+fn assert_none_wrong(stacks: &Stacks, wrong: u64, what: &str) {
+    let wrong_stacks: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| shape(s) == Shape::Wrong)
+        .collect();
+    assert_eq!(wrong, 0, "{what} stitched wrong: {wrong_stacks:?}");
+}
+
 /// Margins. A sample deeper than its copy stays cut only when the frames its
 /// copy ended in change before the recorder has shown them still active: a
 /// snapshot read after the sample and a later sample of the same thread,
@@ -127,11 +137,7 @@ fn stacks_deeper_than_their_copy_are_whole_and_exact_on_both_threads() {
     let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, true, &[]) else {
         return;
     };
-    let wrong_stacks: Vec<_> = stacks
-        .iter()
-        .filter(|(s, _)| shape(s) == Shape::Wrong)
-        .collect();
-    assert_eq!(wrong, 0, "stitched wrong: {wrong_stacks:?}");
+    assert_none_wrong(&stacks, wrong, "");
     let work = whole + cut;
     let pct = whole as f64 * 100.0 / work.max(1) as f64;
     assert!(
@@ -175,11 +181,7 @@ fn stacks_that_change_before_they_can_be_shown_stay_cut_never_stitched_wrong() {
         let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, false, extra) else {
             return;
         };
-        let wrong_stacks: Vec<_> = stacks
-            .iter()
-            .filter(|(s, _)| shape(s) == Shape::Wrong)
-            .collect();
-        assert_eq!(wrong, 0, "{extra:?}: stitched wrong: {wrong_stacks:?}");
+        assert_none_wrong(&stacks, wrong, &format!("{extra:?}"));
         // The case happened (some were cut), and was not everything.
         assert!(cut > 0 && whole > 0, "{extra:?}: {whole} whole, {cut} cut");
     }

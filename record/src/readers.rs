@@ -4,9 +4,10 @@
 //! The loop reads the rings in place (no copy) as long as it keeps up. A
 //! loop that waits for a CPU (every core busy, or its core taken by a
 //! higher-priority task) lets the rings fill, and a full ring loses samples.
-//! Readers own the rings from then on, in per-CPU groups, one thread per
-//! group: each copies what its rings hold into a queue the loop takes from,
-//! so a ring empties as long as any CPU runs one of them. The queue is
+//! Readers own the rings from then on, in groups of neighbouring CPUs, one
+//! thread per group, each free to run on any CPU: it copies what its rings
+//! hold into a queue the loop takes from, so a ring empties as long as some
+//! CPU runs its reader. The queue is
 //! bounded (a few times the rings' own size): past that, a reader leaves
 //! its rings to fill and the kernel counts what it drops, as without
 //! readers.
@@ -17,8 +18,7 @@
 //! readers, each round begins by asking every reader for a pass and waiting
 //! (at most [`SYNC_WAIT`]) until each has handed over what its rings held
 //! when asked: the rings are then in as of that moment too. A reader kept
-//! from every CPU of its group past the wait leaves its records for a later
-//! round. Holding newer records back across rounds until
+//! from every CPU past the wait leaves its records for a later round. Holding newer records back across rounds until
 //! every reader had copied past them was tried and dropped: the loop's
 //! proof that a deep stack is live (see `deep`) needs samples handled
 //! before the next snapshot of their thread is read, and held samples cut
@@ -116,7 +116,8 @@ impl Readers {
         }
         let mut handles = Vec::new();
         let mut kicks = Vec::new();
-        for (k, rings) in groups.into_iter().enumerate() {
+        for (k, group) in groups.into_iter().enumerate() {
+            let (fds, rings): (Vec<OwnedFd>, Vec<RingBuffer>) = group.into_iter().unzip();
             let (kick, kick_rx) = UnixStream::pair()?;
             kick.set_nonblocking(true)?;
             kick_rx.set_nonblocking(true)?;
@@ -131,7 +132,7 @@ impl Readers {
                     if !cpus.is_empty() {
                         let _ = sys::run_on(&cpus);
                     }
-                    read_loop(k, rings, &shared, tx, kick_rx)
+                    read_loop(k, &fds, rings, &shared, tx, kick_rx)
                 })?;
             handles.push(h);
         }
@@ -155,8 +156,7 @@ impl Readers {
 
     /// Empties the wake-up socket (after a poll).
     pub(crate) fn clear_wake(&self) {
-        let mut sink = [0u8; 64];
-        while matches!(io::Read::read(&mut &self.wake, &mut sink), Ok(n) if n > 0) {}
+        drain_socket(&self.wake);
     }
 
     /// Asks every reader for a pass, waits for them (at most
@@ -209,6 +209,12 @@ impl Readers {
     }
 }
 
+/// Reads and drops every byte waiting on a non-blocking wake-up socket.
+pub(crate) fn drain_socket(s: &UnixStream) {
+    let mut sink = [0u8; 64];
+    while matches!(io::Read::read(&mut &*s, &mut sink), Ok(n) if n > 0) {}
+}
+
 fn lock<T>(m: &Mutex<Vec<T>>) -> std::sync::MutexGuard<'_, Vec<T>> {
     // A thread that panicked left whole chunks only: go on with them.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -218,23 +224,26 @@ fn lock<T>(m: &Mutex<Vec<T>>) -> std::sync::MutexGuard<'_, Vec<T>> {
 /// and at least every [`IDLE_POLL_MS`].
 fn read_loop(
     k: usize,
-    mut rings: Vec<(OwnedFd, RingBuffer)>,
+    fds: &[OwnedFd],
+    mut rings: Vec<RingBuffer>,
     shared: &Shared,
     mut tx: UnixStream,
     kick: UnixStream,
 ) {
+    // What a reader sleeps on: its rings' descriptors and the loop's asks.
+    let mut polled_fds: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+    polled_fds.push(kick.as_fd());
     // Copies not yet handed to the loop: the queue's lock is only tried,
     // never waited for, since the loop may have been preempted holding it
     // (by the very task that keeps it from its CPU).
     let mut pending: Vec<Vec<u8>> = Vec::new();
-    let mut sink = [0u8; 64];
     loop {
         let stopping = shared.stop.load(Ordering::Acquire);
-        while matches!(io::Read::read(&mut &kick, &mut sink), Ok(n) if n > 0) {}
+        drain_socket(&kick);
         // Read before the pass: what the rings hold now is in it.
         let asked = shared.asked.load(Ordering::Acquire);
         let mut full = false;
-        for (_, ring) in rings.iter_mut() {
+        for ring in rings.iter_mut() {
             let (a, b) = ring.peek();
             let n = a.len() + b.len();
             if n == 0 {
@@ -276,13 +285,11 @@ fn read_loop(
             std::thread::sleep(Duration::from_millis(1));
             continue;
         }
-        let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
-        fds.push(kick.as_fd());
         let polled = Instant::now();
-        let _ = sys::poll_readable(&fds, IDLE_POLL_MS);
+        let _ = sys::poll_readable(&polled_fds, IDLE_POLL_MS);
         if polled.elapsed() < Duration::from_micros(100)
             && shared.asked.load(Ordering::Acquire) == asked
-            && rings.iter().all(|(_, r)| r.peek().0.is_empty())
+            && rings.iter().all(|r| r.peek().0.is_empty())
         {
             // Readable at once with nothing to read and nothing asked: the
             // monitored tasks are gone (a hang-up stays readable). Do not

@@ -3,7 +3,7 @@
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ use crate::depth::MaxStack;
 use crate::embed::{Names, Pending};
 use crate::launch::{c_strings, find_program};
 use crate::loss::Phase;
-use crate::readers::Readers;
+use crate::readers::{drain_socket, Readers};
 use crate::rings::{self, read_trimmed};
 use crate::spool::Spool;
 use crate::state::{Event, State};
@@ -531,8 +531,7 @@ impl Session {
                 what: "poll".into(),
                 source: e,
             })?;
-            let mut sink = [0u8; 64];
-            while matches!((&sig.wake).read(&mut sink), Ok(n) if n > 0) {}
+            drain_socket(&sig.wake);
             if let Some((r, _)) = readers.as_ref() {
                 r.clear_wake();
             }

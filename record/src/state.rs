@@ -130,9 +130,10 @@ impl<W: io::Write> State<W> {
     }
 
     /// Reads every ring the loop still owns in place, and the records ring
-    /// readers queued (`taken`, whole), then handles the records of all CPUs in time order,
-    /// so an exec or mmap on one CPU precedes samples on another. Returns
-    /// whether a ring the loop reads was over half full: the loop is late.
+    /// readers queued (`taken`, whole), then handles the records of all
+    /// CPUs in time order, so an exec or mmap on one CPU precedes samples on
+    /// another. Returns whether a ring the loop reads was over half full:
+    /// the loop is late.
     pub(crate) fn drain(
         &mut self,
         events: &mut [Event],
