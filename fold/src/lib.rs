@@ -154,24 +154,24 @@ fn fold_reader<R: Read>(
         path: path.to_path_buf(),
         source,
     };
-    // The pool first: it inflates debug info ahead while the file is read.
     let jobs = opts.jobs.unwrap_or(0);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .thread_name(|i| format!("flamerec-fold-{i}"))
-        .build()
-        .map_err(|e| FoldError::ThreadPool {
-            jobs,
-            reason: e.to_string(),
-        })?;
-    let mut prefetch: Option<symbolize::Prefetch> = None;
-    let mut aggregator = aggregate::Aggregator::new(opts);
     // Names embedded by the recorder make reading debug info ahead moot.
     let expect_names = reader.metadata().embeds_names && !opts.resymbolize;
+    // Without names in the file, the pool comes first: it inflates debug
+    // info ahead while the file is read. With them, it may not be needed.
+    let mut pool = if expect_names {
+        None
+    } else {
+        Some(thread_pool(jobs)?)
+    };
+    let mut prefetch: Option<symbolize::Prefetch> = None;
+    let mut aggregator = aggregate::Aggregator::new(opts);
     while let Some(events) = reader.next_events().map_err(format_err)? {
         // The first chunk that has frames (the first one holds metadata only).
-        if prefetch.is_none() && !expect_names && !reader.tables().frames.is_empty() {
-            prefetch = Some(start_prefetch(&pool, reader.tables(), opts));
+        if let (None, Some(pool)) = (&prefetch, &pool) {
+            if !reader.tables().frames.is_empty() {
+                prefetch = Some(start_prefetch(pool, reader.tables(), opts));
+            }
         }
         aggregator.feed(events);
         progress.read(reader.offset(), aggregator.samples());
@@ -194,16 +194,34 @@ fn fold_reader<R: Read>(
     let prefetch = prefetch.unwrap_or_default();
     let embedded = reader.names();
     let use_embedded = !opts.resymbolize && !embedded.frames.is_empty();
-    let mut profile = pool.install(|| {
+    let embedded_frames = use_embedded.then_some(&embedded.frames);
+    let used = profile::used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
+    // Threads pay off for reading binaries and for big profiles only; a
+    // recording that names its frames folds faster on this thread alone
+    // (measured in docs/design-notes.md, "Folding on one thread").
+    let parallel = symbolize::reads_binaries(tables, &used, embedded_frames)
+        || agg.counts.len() >= PARALLEL_FOLD;
+    let build = |parallel| {
         profile::build(
             tables,
             agg,
+            &used,
             &names,
             &prefetch,
-            use_embedded.then_some(&embedded.frames),
+            embedded_frames,
+            parallel,
             progress,
         )
-    });
+    };
+    let mut profile = if parallel {
+        let pool = match pool.take() {
+            Some(p) => p,
+            None => thread_pool(jobs)?,
+        };
+        pool.install(|| build(true))
+    } else {
+        build(false)
+    };
     progress.enter(Phase::Done);
     drop(prefetch);
     if let (Some(why), false) = (&embedded.damage, opts.resymbolize) {
@@ -227,6 +245,22 @@ fn fold_reader<R: Read>(
         }
     }
     Ok(profile)
+}
+
+/// Distinct (root, stack) pairs from which a fold whose names need no
+/// binary still shares its work between threads.
+const PARALLEL_FOLD: usize = 1 << 17;
+
+/// The pool symbolization and folding share (`jobs` 0: one thread per core).
+fn thread_pool(jobs: usize) -> Result<rayon::ThreadPool, FoldError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(|i| format!("flamerec-fold-{i}"))
+        .build()
+        .map_err(|e| FoldError::ThreadPool {
+            jobs,
+            reason: e.to_string(),
+        })
 }
 
 /// The default symbol cache directory, `$HOME/.cache/flamerec`, or `None`

@@ -35,12 +35,18 @@ const PARALLEL_SORT: usize = 20_000;
 /// A folded line: its root name and its functions, root first.
 pub(crate) type Line = (NameId, Arc<[FuncId]>);
 
-/// The lines with their weights, sorted by their text, each text once.
-pub(crate) fn sorted(lines: HashMap<Line, u64>, roots: Vec<String>, names: Vec<String>) -> Stacks {
+/// The lines with their weights, sorted by their text, each text once;
+/// `parallel`: big sorts may use the caller's thread pool.
+pub(crate) fn sorted(
+    lines: HashMap<Line, u64>,
+    roots: Vec<String>,
+    names: Vec<String>,
+    parallel: bool,
+) -> Stacks {
     let spell = Spelling::new(&roots, &names);
     let mut sorted: Vec<(Line, u64)> = lines.into_iter().collect();
     // Threads pay off for big sorts only.
-    if sorted.len() < PARALLEL_SORT {
+    if !parallel || sorted.len() < PARALLEL_SORT {
         sorted.sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
     } else {
         sorted.par_sort_unstable_by(|a, b| spell.compare(&a.0, &b.0));
@@ -390,7 +396,7 @@ mod tests {
             .enumerate()
             .map(|(i, l)| (l, 1 << i))
             .collect();
-        let stacks = sorted(map, roots.clone(), functions.clone());
+        let stacks = sorted(map, roots.clone(), functions.clone(), false);
         let mut written = Vec::new();
         stacks.write_folded(&mut written).unwrap();
         let got = stacks.into_text();

@@ -93,18 +93,24 @@ impl FunctionStats {
 
 /// Symbolizes what `agg` references and assembles the profile (without the
 /// recording-level fields, which the caller fills in).
+///
+/// `used` is [`used_frames`] of `agg`. With `parallel`, the work is shared
+/// between the threads of the caller's pool; without, it all runs on the
+/// calling thread and no pool is asked for, so the names must all come from
+/// the recording ([`symbolize::reads_binaries`] is false).
 pub(crate) fn build(
     tables: &Tables,
     mut agg: Aggregate,
+    used: &[u32],
     opts: &NameOptions,
     prefetch: &Prefetch,
     embedded: Option<&symbolize::Embedded>,
+    parallel: bool,
     progress: &FoldProgress,
 ) -> Profile {
-    let used = used_frames(tables, agg.counts.keys().map(|&(_, s)| s));
     progress.naming(used.len() as u64);
     progress.enter(Phase::Symbolizing);
-    let symbols = symbolize::symbolize(tables, &used, opts, prefetch, embedded);
+    let symbols = symbolize::symbolize(tables, used, opts, prefetch, embedded);
     progress.enter(Phase::Folding);
     let timeline = agg
         .kept
@@ -117,22 +123,26 @@ pub(crate) fn build(
 
     let root_names: Vec<String> = agg.names.iter().map(|n| sanitize_root(n)).collect();
     // Chunks of stacks fold in parallel; their lines and weights add up.
-    let chunk = entries
-        .len()
-        .div_ceil(rayon::current_num_threads() * 4)
-        .max(1024);
     let Folded {
         lines,
         self_w,
         total_w,
-    } = entries
-        .par_chunks(chunk)
-        .map(|part| fold_entries(tables, &symbols, part))
-        .reduce_with(Folded::add)
-        .unwrap_or_else(|| Folded::new(symbols.functions.len(), 0));
+    } = if parallel {
+        let chunk = entries
+            .len()
+            .div_ceil(rayon::current_num_threads() * 4)
+            .max(1024);
+        entries
+            .par_chunks(chunk)
+            .map(|part| fold_entries(tables, &symbols, part))
+            .reduce_with(Folded::add)
+            .unwrap_or_else(|| Folded::new(symbols.functions.len(), 0))
+    } else {
+        fold_entries(tables, &symbols, &entries)
+    };
 
     let names = symbols.functions.iter().map(|f| f.name.clone()).collect();
-    let stacks = lines::sorted(lines, root_names, names);
+    let stacks = lines::sorted(lines, root_names, names, parallel);
 
     let mut functions: Vec<FunctionStats> = symbols
         .functions
@@ -258,7 +268,7 @@ fn fold_entries(
 }
 
 /// The distinct frames under the given leaves, each stack node visited once.
-fn used_frames(tables: &Tables, leaves: impl Iterator<Item = StackId>) -> Vec<u32> {
+pub(crate) fn used_frames(tables: &Tables, leaves: impl Iterator<Item = StackId>) -> Vec<u32> {
     let mut seen_node = vec![false; tables.node_count()];
     let mut seen_frame = vec![false; tables.frames.len()];
     for leaf in leaves {

@@ -50,9 +50,25 @@ pub fn symbolize(
     out
 }
 
+/// Whether naming `used` reads any binary: some frame of a file module has
+/// no name in `embedded`. Without, [`symbolize`] runs on the calling thread
+/// and never touches a thread pool.
+pub fn reads_binaries(tables: &Tables, used: &[FrameId], embedded: Option<&Embedded>) -> bool {
+    used.iter().any(|&id| {
+        tables.frames.get(id as usize).is_some_and(|f| {
+            tables
+                .modules
+                .get(f.module as usize)
+                .is_some_and(|m| m.kind == ModuleKind::File)
+                && !embedded.is_some_and(|e| e.contains_key(&id))
+        })
+    })
+}
+
 /// Runs `each` on every module's sorted frames, in parallel (biggest
 /// binaries first), and returns the results in module order with the first
-/// symbol cache error, if any.
+/// symbol cache error, if any. When no module reads a binary, they run in
+/// turn on the calling thread.
 fn per_module<T: Send>(
     tables: &Tables,
     used: &[FrameId],
@@ -85,40 +101,52 @@ fn per_module<T: Send>(
         prefetch,
         embedded: embedded.map(|e| by_frame(e, tables.frames.len())),
     };
-    // Biggest binaries first, each worker taking the next one when done: a
-    // huge debug file started last would otherwise be the whole wait.
-    let mut order: Vec<(u64, usize)> = groups
-        .par_iter()
-        .enumerate()
-        .map(|(i, (m, frames))| {
-            // A module the recording names entirely reads no file.
-            let named = ctx.embedded.as_ref().is_some_and(|e| {
-                frames
-                    .iter()
-                    .all(|&(id, _)| e.get(id as usize).is_some_and(Option::is_some))
-            });
-            let cost = if named {
-                0
-            } else {
-                estimated_cost(tables, *m, &opts.debug_dirs)
-            };
-            (cost, i)
-        })
+    let embedded = ctx.embedded.as_deref();
+    let needs: Vec<bool> = groups
+        .iter()
+        .map(|(m, frames)| needs_binary(tables, *m, embedded, frames))
         .collect();
-    order.sort_unstable_by(|a, b| b.cmp(a));
-    let next = AtomicUsize::new(0);
-    let mut done: Vec<(usize, T)> = (0..rayon::current_num_threads())
-        .into_par_iter()
-        .flat_map_iter(|_| {
-            let mut mine = Vec::new();
-            while let Some(&(_, i)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                if let Some((module, frames)) = groups.get(i) {
-                    mine.push((i, each(*module, frames, &ctx)));
+    let mut done: Vec<(usize, T)> = if !needs.contains(&true) {
+        // Names from the recording and the kernel table cost microseconds
+        // per module: threads would cost more than they save, and a caller
+        // outside any pool must not start rayon's global one.
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, (module, frames))| (i, each(*module, frames, &ctx)))
+            .collect()
+    } else {
+        // Biggest binaries first, each worker taking the next one when done:
+        // a huge debug file started last would otherwise be the whole wait.
+        // A module the recording names entirely reads no file.
+        let mut order: Vec<(u64, usize)> = groups
+            .par_iter()
+            .zip(&needs)
+            .enumerate()
+            .map(|(i, ((m, _), &needs))| {
+                let cost = if needs {
+                    estimated_cost(tables, *m, &opts.debug_dirs)
+                } else {
+                    0
+                };
+                (cost, i)
+            })
+            .collect();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let next = AtomicUsize::new(0);
+        (0..rayon::current_num_threads())
+            .into_par_iter()
+            .flat_map_iter(|_| {
+                let mut mine = Vec::new();
+                while let Some(&(_, i)) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if let Some((module, frames)) = groups.get(i) {
+                        mine.push((i, each(*module, frames, &ctx)));
+                    }
                 }
-            }
-            mine
-        })
-        .collect();
+                mine
+            })
+            .collect()
+    };
     done.sort_unstable_by_key(|(i, _)| *i);
     let outcomes = done.into_iter().map(|(_, o)| o).collect();
     (outcomes, ctx.cache_error.into_inner().ok().flatten())
@@ -166,6 +194,30 @@ fn estimated_cost(tables: &Tables, module: ModuleId, debug_dirs: &[PathBuf]) -> 
         .map(|p| size(&p))
         .sum();
     size(std::path::Path::new(&m.path)).saturating_add(debug)
+}
+
+/// Whether every frame has names in the recording.
+fn all_named(embedded: Option<&[Option<&[Arc<str>]>]>, frames: &[(FrameId, u64)]) -> bool {
+    embedded.is_some_and(|e| {
+        frames
+            .iter()
+            .all(|&(id, _)| e.get(id as usize).is_some_and(Option::is_some))
+    })
+}
+
+/// Whether module `m`'s frames need its binary: it is a file and some
+/// frame has no names in the recording.
+fn needs_binary(
+    tables: &Tables,
+    m: ModuleId,
+    embedded: Option<&[Option<&[Arc<str>]>]>,
+    frames: &[(FrameId, u64)],
+) -> bool {
+    let file = tables
+        .modules
+        .get(m as usize)
+        .is_some_and(|m| m.kind == ModuleKind::File);
+    file && !all_named(embedded, frames)
 }
 
 fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) -> bool {

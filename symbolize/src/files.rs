@@ -65,11 +65,16 @@ pub(crate) fn file_frames(
         .collect();
     wanted.sort_unstable();
     wanted.dedup();
-    // Demangling is the costly part of naming; each name once, in parallel.
-    let demangled: HashMap<&RawName, String> = wanted
-        .par_iter()
-        .map(|&raw| (raw, sanitize(&raw.demangle())))
-        .collect();
+    // Demangling is the costly part of naming; each name once, in parallel
+    // (and no pool asked for when the recording names every frame).
+    let demangled: HashMap<&RawName, String> = if wanted.is_empty() {
+        HashMap::new()
+    } else {
+        wanted
+            .par_iter()
+            .map(|&raw| (raw, sanitize(&raw.demangle())))
+            .collect()
+    };
 
     let mut names = LocalNames::default();
     let mut out = Vec::with_capacity(frames.len() + embedded.len());

@@ -56,7 +56,7 @@ use flamerec_format::FrameId;
 pub use cache::{default_dir as default_cache_dir, SymbolCache};
 pub use dwarf::Prefetch;
 pub use elf::debugfile::DEFAULT_DEBUG_DIR;
-pub use engine::symbolize;
+pub use engine::{reads_binaries, symbolize};
 pub use kernel::kallsyms;
 pub use resident::Namer;
 
