@@ -293,10 +293,10 @@ impl<'a> Spelling<'a> {
                 None => return self.compare_bytes(a, b),
             }
         }
-        for (i, (x, y)) in fa.iter().zip(fb.iter()).enumerate() {
-            if x == y {
-                continue;
-            }
+        let mut i = 0;
+        while let Some(at) = first_difference(&fa[i..], &fb[i..]) {
+            i += at;
+            let (x, y) = (&fa[i], &fb[i]);
             match self.function_order.compare(*x, *y) {
                 Some(Ordering::Equal) => {}
                 Some(other) => return other,
@@ -308,6 +308,7 @@ impl<'a> Spelling<'a> {
                     )
                 }
             }
+            i += 1;
         }
         // One line's text is the start of the other's.
         fa.len().cmp(&fb.len())
@@ -320,6 +321,28 @@ impl<'a> Spelling<'a> {
             std::iter::once(self.root(*rb).as_bytes()).chain(tail_segments(self, fb)),
         )
     }
+}
+
+/// Where the two id sequences first differ, up to the shorter one's end.
+///
+/// Lines of deep stacks share most of their frames, and comparing two
+/// lines is mostly this walk: equal blocks of ids are skipped a block at
+/// a time, several times faster than id by id.
+fn first_difference(a: &[FuncId], b: &[FuncId]) -> Option<usize> {
+    const BLOCK: usize = 16;
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    // XOR-folded blocks compile to vector instructions, no call.
+    let same =
+        |x: &[FuncId], y: &[FuncId]| x.iter().zip(y).fold(0, |acc, (p, q)| acc | (p ^ q)) == 0;
+    while i + BLOCK <= n && same(&a[i..i + BLOCK], &b[i..i + BLOCK]) {
+        i += BLOCK;
+    }
+    a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .position(|(x, y)| x != y)
+        .map(|at| i + at)
 }
 
 /// `;name` for each function, as byte segments.
@@ -441,10 +464,18 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             ((x >> 33) as usize) % n
         };
-        let lines: Vec<Line> = (0..400)
-            .map(|_| {
+        // Short random lines, and long ones that share a random part of one
+        // deep stack before they differ (the walk that skips equal blocks).
+        let deep: Vec<FuncId> = (0..70).map(|_| next(names.len()) as FuncId).collect();
+        let lines: Vec<Line> = (0..500)
+            .map(|i| {
+                let mut funcs: Vec<FuncId> = if i % 2 == 0 {
+                    Vec::new()
+                } else {
+                    deep[..next(deep.len() + 1)].to_vec()
+                };
                 let len = next(4);
-                let funcs: Vec<FuncId> = (0..len).map(|_| next(names.len()) as FuncId).collect();
+                funcs.extend((0..len).map(|_| next(names.len()) as FuncId));
                 (next(roots.len()) as NameId, Arc::from(funcs))
             })
             .collect();
