@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 
 mod codec;
+mod crc;
 mod error;
 mod layout;
 mod names;

@@ -8,6 +8,7 @@ use std::io::{self, Read};
 
 use rustc_hash::FxHashMap;
 
+use crate::crc;
 use crate::codec::{unzigzag, Cursor, DecodeFail};
 use crate::error::FormatError;
 use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, OLDEST_MAJOR, VERSION_MAJOR};
@@ -139,6 +140,8 @@ pub struct Reader<R: Read> {
     /// A chunk's compressed and decompressed bytes, reused.
     payload: Vec<u8>,
     data: Vec<u8>,
+    /// Bytes checksummed so far (see `crc`).
+    checked: u64,
 }
 
 impl<R: Read> Reader<R> {
@@ -178,6 +181,7 @@ impl<R: Read> Reader<R> {
             dctx: None,
             payload: Vec::new(),
             data: Vec::new(),
+            checked: 0,
         };
         let mut seen_meta = false;
         match r.read_chunk(&mut seen_meta)? {
@@ -276,10 +280,7 @@ impl<R: Read> Reader<R> {
         if payload.len() < clen {
             return self.stop(Damage::Truncated { offset: start });
         }
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&header[4..12]);
-        hasher.update(&payload);
-        if hasher.finalize() != crc {
+        if crc::chunk(&mut self.checked, &header[4..12], &payload) != crc {
             return self.corrupt(start, "checksum mismatch");
         }
         // The stated length is covered by the checksum and bounded by
