@@ -202,16 +202,12 @@ fn fold_reader<R: Read>(
     let parallel = symbolize::reads_binaries(tables, &used, embedded_frames)
         || agg.counts.len() >= PARALLEL_FOLD;
     let build = |parallel| {
-        profile::build(
-            tables,
-            agg,
-            &used,
-            &names,
-            &prefetch,
-            embedded_frames,
-            parallel,
-            progress,
-        )
+        let naming = profile::Naming {
+            opts: &names,
+            prefetch: &prefetch,
+            embedded: embedded_frames,
+        };
+        profile::build(tables, agg, &used, naming, parallel, progress)
     };
     let mut profile = if parallel {
         let pool = match pool.take() {

@@ -102,12 +102,15 @@ pub(crate) fn build(
     tables: &Tables,
     mut agg: Aggregate,
     used: &[u32],
-    opts: &NameOptions,
-    prefetch: &Prefetch,
-    embedded: Option<&symbolize::Embedded>,
+    naming: Naming<'_>,
     parallel: bool,
     progress: &FoldProgress,
 ) -> Profile {
+    let Naming {
+        opts,
+        prefetch,
+        embedded,
+    } = naming;
     progress.naming(used.len() as u64);
     progress.enter(Phase::Symbolizing);
     let symbols = symbolize::symbolize(tables, used, opts, prefetch, embedded);
@@ -186,6 +189,15 @@ pub(crate) fn build(
         timeline,
         ..Default::default()
     }
+}
+
+/// Where [`build`] takes names from.
+pub(crate) struct Naming<'a> {
+    pub(crate) opts: &'a NameOptions,
+    /// Debug info inflated ahead.
+    pub(crate) prefetch: &'a Prefetch,
+    /// Names the recording embeds, used before the binaries.
+    pub(crate) embedded: Option<&'a symbolize::Embedded>,
 }
 
 /// Folded lines and per-function weights of some stacks.

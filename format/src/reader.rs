@@ -8,8 +8,8 @@ use std::io::{self, Read};
 
 use rustc_hash::FxHashMap;
 
-use crate::crc;
 use crate::codec::{unzigzag, Cursor, DecodeFail};
+use crate::crc;
 use crate::error::FormatError;
 use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, OLDEST_MAJOR, VERSION_MAJOR};
 use crate::names::{self, EmbeddedNames, NamesEnd};

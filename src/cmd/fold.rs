@@ -57,7 +57,8 @@ pub struct Args {
     /// Append `_[k]` to kernel frames.
     #[arg(long)]
     kernel_suffix: bool,
-    /// Symbolization threads (default: all cores).
+    /// Symbolization threads (default: all cores); a recording that names
+    /// all its frames folds on one thread.
     #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
     /// Keep per-binary symbol caches (keyed by build id) here
