@@ -149,12 +149,41 @@ impl Stacks {
                 roots,
                 names,
             } => {
+                // Sorted lines share long beginnings (a deep stack's callers):
+                // each line keeps the previous one's text up to the first
+                // function they differ in, and spells only the rest.
+                let name = |f: FuncId| names.get(f as usize).map_or("", String::as_str);
                 let mut buf = String::new();
+                // `ends[k]`: where the text of the root and k functions ends.
+                let mut ends: Vec<usize> = Vec::new();
+                let mut prev: Option<&Line> = None;
                 for (line, w) in lines {
-                    buf.clear();
-                    spell_into(roots, names, line, &mut buf);
+                    let (root, funcs) = line;
+                    let kept = match prev {
+                        Some((p_root, p_funcs)) if p_root == root => {
+                            let n = p_funcs.len().min(funcs.len());
+                            first_difference(p_funcs, funcs).unwrap_or(n)
+                        }
+                        _ => {
+                            buf.clear();
+                            buf.push_str(roots.get(*root as usize).map_or(UNKNOWN, String::as_str));
+                            ends.clear();
+                            ends.push(buf.len());
+                            0
+                        }
+                    };
+                    buf.truncate(ends[kept]);
+                    ends.truncate(kept + 1);
+                    for &f in &funcs[kept..] {
+                        buf.push(';');
+                        buf.push_str(name(f));
+                        ends.push(buf.len());
+                    }
+                    let text = buf.len();
                     let _ = writeln!(buf, " {w}");
                     out.write_all(buf.as_bytes())?;
+                    buf.truncate(text);
+                    prev = Some(line);
                 }
             }
         }
@@ -491,5 +520,13 @@ mod tests {
                 );
             }
         }
+        // The writer, which keeps each line's shared beginning from the
+        // line before, writes what spelling every line whole gives.
+        let map: HashMap<Line, u64> = lines.iter().cloned().map(|l| (l, 1)).collect();
+        let stacks = sorted(map, roots.clone(), functions.clone(), false);
+        let mut written = Vec::new();
+        stacks.write_folded(&mut written).unwrap();
+        let whole: String = stacks.iter().map(|(l, w)| format!("{l} {w}\n")).collect();
+        assert_eq!(String::from_utf8(written).unwrap(), whole);
     }
 }
