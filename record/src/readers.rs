@@ -292,9 +292,12 @@ fn read_loop(
             && rings.iter().all(|r| r.peek().0.is_empty())
         {
             // Readable at once with nothing to read and nothing asked: the
-            // monitored tasks are gone (a hang-up stays readable). Do not
-            // spin until the stop.
-            std::thread::sleep(Duration::from_millis(IDLE_POLL_MS as u64));
+            // monitored tasks are gone (a hang-up stays readable), or a
+            // wake-up came for records already copied. Do not spin until
+            // the stop, but do not sleep longer than a ring lasts either:
+            // 50 ms here was 250 samples at 4999 Hz, and a ring of 16 KiB
+            // holds 70 (hundreds lost beside busy loops).
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }
