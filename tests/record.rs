@@ -656,9 +656,15 @@ fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
     assert!(samples >= 2000, "{samples} samples: {err}");
     assert_expected_shares(&fold(&out, &["--no-inline"]), Sample::CpuMix);
     // Left to itself, the loop hands its rings over once it finds one over
-    // half full.
-    let (_, _, _, err) = run("auto");
-    assert!(err.contains("rings read by 2 reader threads from"), "{err}");
+    // half full. Beside busy loops the workload may get so little of its
+    // CPU (546 samples in 2.9 s in one `.ci/stress-tests` round) that the
+    // loop keeps up alone: then there is nothing to hand over, and nothing
+    // may be lost either.
+    let (_, lost, samples, err) = run("auto");
+    assert!(
+        err.contains("rings read by 2 reader threads from") || lost == 0,
+        "{lost} lost of {samples} and no readers: {err}"
+    );
 }
 
 /// How many threads of process `pid` have a name starting with `prefix`.
