@@ -2,12 +2,13 @@
 //!
 //! `crc32fast` is fast on big inputs, but the first use in a process asks
 //! the CPU for its features, and each `cpuid` costs microseconds in a VM:
-//! 0.1 ms, a twentieth of folding a small recording. A reader's first
+//! 0.1 ms, 3–4% of folding a small recording. A reader's first
 //! [`TABLE_BYTES`] are checked by an eight-table loop instead, which needs
 //! no detection; later chunks go to `crc32fast`, so the detection is paid
 //! only by files big enough not to notice it.
 
-/// Bytes a [`Crc`] checks with its own tables before handing over to `crc32fast`.
+/// Bytes a reader checks with its own tables before handing over to
+/// `crc32fast`.
 pub(crate) const TABLE_BYTES: u64 = 256 << 10;
 
 const POLY: u32 = 0xEDB8_8320;

@@ -7,8 +7,8 @@
 //! Readers own the rings from then on, in groups of neighbouring CPUs, one
 //! thread per group, each free to run on any CPU: it copies what its rings
 //! hold into a queue the loop takes from, so a ring empties as long as some
-//! CPU runs its reader. The queue is
-//! bounded (a few times the rings' own size): past that, a reader leaves
+//! CPU runs its reader. The queue is bounded (a few times the rings' own
+//! size): past that, a reader leaves
 //! its rings to fill and the kernel counts what it drops, as without
 //! readers.
 //!
@@ -18,8 +18,9 @@
 //! readers, each round begins by asking every reader for a pass and waiting
 //! (at most [`SYNC_WAIT`]) until each has handed over what its rings held
 //! when asked: the rings are then in as of that moment too. A reader kept
-//! from every CPU past the wait leaves its records for a later round. Holding newer records back across rounds until
-//! every reader had copied past them was tried and dropped: the loop's
+//! from every CPU past the wait leaves its records for a later round.
+//! Holding newer records back across rounds until every reader had copied
+//! past them was tried and dropped: the loop's
 //! proof that a deep stack is live (see `deep`) needs samples handled
 //! before the next snapshot of their thread is read, and held samples cut
 //! three in four deep stacks of the deep-stack sample.
@@ -73,8 +74,8 @@ impl Readers {
     /// Moves the rings of `events` to `threads` readers (at most one per
     /// ring), in groups of neighbouring CPUs. Readers may run on any CPU of
     /// `allowed` (those the recording started with): a loop thread later
-    /// confined to one CPU does not confine them, and a reader whose own
-    /// CPUs are busy runs wherever the scheduler finds room first.
+    /// confined to one CPU does not confine them, and a reader runs
+    /// wherever the scheduler finds room first.
     pub(crate) fn start(
         events: &mut [Event],
         threads: usize,

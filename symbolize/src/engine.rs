@@ -56,11 +56,7 @@ pub fn symbolize(
 pub fn reads_binaries(tables: &Tables, used: &[FrameId], embedded: Option<&Embedded>) -> bool {
     used.iter().any(|&id| {
         tables.frames.get(id as usize).is_some_and(|f| {
-            tables
-                .modules
-                .get(f.module as usize)
-                .is_some_and(|m| m.kind == ModuleKind::File)
-                && !embedded.is_some_and(|e| e.contains_key(&id))
+            is_file(tables, f.module) && !embedded.is_some_and(|e| e.contains_key(&id))
         })
     })
 }
@@ -206,18 +202,22 @@ fn all_named(embedded: Option<&[Option<&[Arc<str>]>]>, frames: &[(FrameId, u64)]
 }
 
 /// Whether module `m`'s frames need its binary: it is a file and some
-/// frame has no names in the recording.
+/// frame has no names in the recording (the rule of [`reads_binaries`]).
 fn needs_binary(
     tables: &Tables,
     m: ModuleId,
     embedded: Option<&[Option<&[Arc<str>]>]>,
     frames: &[(FrameId, u64)],
 ) -> bool {
-    let file = tables
+    is_file(tables, m) && !all_named(embedded, frames)
+}
+
+/// Whether module `m` is a file on disk (not the kernel, JIT code or vDSO).
+fn is_file(tables: &Tables, m: ModuleId) -> bool {
+    tables
         .modules
         .get(m as usize)
-        .is_some_and(|m| m.kind == ModuleKind::File);
-    file && !all_named(embedded, frames)
+        .is_some_and(|m| m.kind == ModuleKind::File)
 }
 
 fn has_anonymous(tables: &Tables, groups: &[(ModuleId, Vec<(FrameId, u64)>)]) -> bool {
