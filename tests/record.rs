@@ -667,6 +667,95 @@ fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
     );
 }
 
+#[test]
+fn a_ring_read_late_does_not_undo_the_exec_read_before_it() {
+    if !perf_usable() {
+        return;
+    }
+    // Readers hand over their rings' records each on its own; one kept
+    // from every CPU hands over late. Here reader 0 (CPU 0's ring) is
+    // stopped while the command's shell, on CPU 0, execs `taskset`, which
+    // moves to the last CPU (reader 1's ring) and execs cpu-mix there. So
+    // cpu-mix's exec, mappings and samples are handled first, and the
+    // older exec of taskset comes after them. Applied as if new, it erased
+    // cpu-mix's mappings and left every later sample unnamed (cpu_mix_alpha
+    // at 0.0% in one CI run, where a reader had been slow by itself).
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let cpus: Vec<u32> = online
+        .trim()
+        .split(',')
+        .flat_map(|part| {
+            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+            lo.parse::<u32>().unwrap_or(0)..=hi.parse::<u32>().unwrap_or(0)
+        })
+        .collect();
+    let (first, last) = (cpus[0], *cpus.last().unwrap());
+    assert!(
+        first != last,
+        "this test needs two CPUs, one per reader (online: {online})"
+    );
+    let bin = sample_bin(Sample::CpuMix, FramePointers::Yes);
+    let script = format!(
+        "sleep 0.5; exec taskset -c {last} {} --units 300000",
+        bin.display()
+    );
+    let dir = tmp();
+    let out = dir.path().join("late.frec");
+    let first_cpu = first.to_string();
+    let rec = flamerec()
+        .args("record -q -g fp -F 4999 --ring-readers 2 -o".split(' '))
+        .arg(&out)
+        .args(["--", "taskset", "-c", &first_cpu, "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the reader threads to start", || {
+        threads_named(rec.id(), "flamerec-read") == 2
+    });
+    // The shell sleeps half a second on CPU 0 before its exec: time enough
+    // to stop the reader first on a loaded machine.
+    wait_for("the shell to start under flamerec", || {
+        descendant(rec.id(), "sh").is_some()
+    });
+    let reader = thread_named(rec.id(), "flamerec-read0").expect("reader 0's thread id");
+    let stopped = sys::Stopped::thread(reader)
+        .unwrap_or_else(|e| panic!("stopping reader 0 (ptrace, as root): {e}"));
+    wait_for("cpu-mix to start under flamerec", || {
+        descendant(rec.id(), "cpu-mix").is_some()
+    });
+    // Some of cpu-mix's rounds are handled before reader 0 comes back.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stopped);
+    let (lost, samples, err) = lost_of(rec, &out);
+    assert_eq!(lost, 0, "{samples} samples: {err}");
+    assert!(samples >= 2000, "{samples} samples: {err}");
+    let stacks = fold(&out, &["--no-inline"]);
+    let mut top = stacks.clone();
+    top.sort_by_key(|s| std::cmp::Reverse(s.1));
+    eprintln!("{err}\nheaviest stacks:");
+    for (s, n) in top.iter().take(5) {
+        eprintln!("{n} {}", s.join(";"));
+    }
+    assert_expected_shares(&stacks, Sample::CpuMix);
+    // The name is the newest too: the root of cpu-mix's samples.
+    let named = share(&stacks, |s| s.first().is_some_and(|r| r == "cpu-mix"));
+    assert!(named > 95.0, "{named:.1}% under cpu-mix");
+}
+
+/// The id of the thread of process `pid` named `name`.
+fn thread_named(pid: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|t| t.ok())
+        .find(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })?
+        .file_name()
+        .to_str()?
+        .parse()
+        .ok()
+}
+
 /// How many threads of process `pid` have a name starting with `prefix`.
 fn threads_named(pid: u32, prefix: &str) -> usize {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

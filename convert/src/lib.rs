@@ -16,6 +16,7 @@
 
 mod maps;
 
+use std::collections::HashMap;
 use std::io;
 
 use flamerec_format::{
@@ -60,6 +61,8 @@ pub struct Converter<W: io::Write> {
     kernel: ModuleId,
     unknown: ModuleId,
     unwinder: Option<StackUnwinder>,
+    /// Per thread, when its name last changed (see [`Converter::comm`]).
+    named: HashMap<u32, u64>,
     /// Scratch: a stack's frame ids, root first.
     ids: Vec<FrameId>,
     /// Scratch: addresses an unwind found.
@@ -87,6 +90,7 @@ impl<W: io::Write> Converter<W> {
             kernel,
             unknown,
             unwinder,
+            named: HashMap::new(),
             ids: Vec::new(),
             addrs: Vec::new(),
         }
@@ -120,7 +124,9 @@ impl<W: io::Write> Converter<W> {
 
     /// A new mapping of `m.pid`: its module interned, the mapping recorded
     /// in the file and replacing whatever it overlaps, and, when
-    /// executable, its unwind tables made known to the unwinder.
+    /// executable, its unwind tables made known to the unwinder. A mapping
+    /// older than the process's last exec (a record that came late) is of
+    /// an image already replaced, and is dropped.
     pub fn mmap(&mut self, m: &Mmap<'_>) {
         if m.len == 0 {
             return;
@@ -128,13 +134,18 @@ impl<W: io::Write> Converter<W> {
         let end = m.start.saturating_add(m.len);
         let module = Module::mapped(m.path, m.build_id);
         let kind = module.kind;
+        let id = self.writer.module(&module);
+        if !self
+            .procs
+            .map(m.pid, m.start, m.len, m.pgoff, id, kind, m.time_ns)
+        {
+            return;
+        }
         if m.exec {
             if let Some(u) = &mut self.unwinder {
                 u.add_mapping(m.pid, m.start, end, m.pgoff, m.path, m.build_id);
             }
         }
-        let id = self.writer.module(&module);
-        self.procs.map(m.pid, m.start, m.len, m.pgoff, id, kind);
         self.writer.mapping(&Mapping {
             time_ns: m.time_ns,
             pid: m.pid,
@@ -145,19 +156,45 @@ impl<W: io::Write> Converter<W> {
         });
     }
 
-    /// `pid` called exec: its old mappings are gone.
-    pub fn exec(&mut self, pid: u32) {
-        self.procs.exec(pid);
+    /// Whether a record of `pid` at `time_ns` is older than one already
+    /// applied to the process (it came late from its ring; see
+    /// `maps`): then an exec must not let go of what the process holds.
+    pub fn is_late(&self, pid: u32, time_ns: u64) -> bool {
+        self.procs.is_late(pid, time_ns)
+    }
+
+    /// `pid` called exec at `time_ns`: its old mappings are gone. Returns
+    /// false, changing nothing, when the record came late.
+    pub fn exec(&mut self, pid: u32, time_ns: u64) -> bool {
+        if !self.procs.exec(pid, time_ns) {
+            return false;
+        }
         if let Some(u) = &mut self.unwinder {
             u.exec(pid);
         }
+        true
     }
 
-    /// `child` was forked from `parent` and starts with its mappings.
-    pub fn fork(&mut self, parent: u32, child: u32) {
-        self.procs.fork(parent, child);
-        if let Some(u) = &mut self.unwinder {
-            u.fork(parent, child);
+    /// A thread's name, set at `time_ns` (by exec when `exec`), written to
+    /// the recording unless a newer name of the thread was written already
+    /// (the record came late: the newer one stands). Does not apply the
+    /// exec itself ([`Converter::exec`]).
+    pub fn comm(&mut self, time_ns: u64, pid: u32, tid: u32, name: &str, exec: bool) {
+        let last = self.named.entry(tid).or_insert(time_ns);
+        if time_ns < *last {
+            return;
+        }
+        *last = time_ns;
+        self.writer.comm(time_ns, pid, tid, name, exec);
+    }
+
+    /// `child` was forked from `parent` at `time_ns` and starts with its
+    /// mappings (not for a thread, or a record that came late).
+    pub fn fork(&mut self, parent: u32, child: u32, time_ns: u64) {
+        if self.procs.fork(parent, child, time_ns) {
+            if let Some(u) = &mut self.unwinder {
+                u.fork(parent, child);
+            }
         }
     }
 
@@ -313,9 +350,9 @@ mod tests {
         let f = c.user_frame(10, 0x40_0010);
         assert_eq!(f.address, 0x2010);
         assert_ne!(f.module, c.user_frame(10, 0x50_0000).module, "[unknown]");
-        c.fork(10, 11);
+        c.fork(10, 11, 5);
         assert_eq!(c.user_frame(11, 0x40_0010), f);
-        c.exec(11);
+        assert!(c.exec(11, 6));
         assert_eq!(c.user_frame(11, 0x40_0010).address, 0x40_0010);
         // The same path maps to the same module in another process.
         c.mmap(&Mmap {

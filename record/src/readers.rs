@@ -18,7 +18,10 @@
 //! readers, each round begins by asking every reader for a pass and waiting
 //! (at most [`SYNC_WAIT`]) until each has handed over what its rings held
 //! when asked: the rings are then in as of that moment too. A reader kept
-//! from every CPU past the wait leaves its records for a later round.
+//! from every CPU past the wait leaves its records for a later round; the
+//! process state they carry is applied by time (`flamerec_convert`'s maps),
+//! so an old exec handed over late does not erase the mappings newer
+//! records made.
 //! Holding newer records back across rounds until every reader had copied
 //! past them was tried and dropped: the loop's
 //! proof that a deep stack is live (see `deep`) needs samples handled

@@ -221,18 +221,21 @@ impl<W: io::Write> State<W> {
                 exec,
                 time,
             } => {
-                if exec {
+                let t = self.rel(time);
+                // An exec that came late (from a ring read after others)
+                // is followed by newer records of the process already
+                // applied: it changes nothing.
+                if exec && !self.conv.is_late(pid, t) {
                     // Samples still waiting are of the old image: they are
                     // written against its mappings, before they go.
                     if let Some(u) = self.conv.unwinder_mut() {
                         let done = self.live.forget_process(u, pid);
                         self.write_settled(done);
                     }
-                    self.conv.exec(pid);
+                    self.conv.exec(pid, t);
                 }
                 self.seen(pid, tid);
-                let t = self.rel(time);
-                self.conv.writer_mut().comm(t, pid, tid, name, exec);
+                self.conv.comm(t, pid, tid, name, exec);
             }
             PerfRecord::Task {
                 exit,
@@ -259,7 +262,7 @@ impl<W: io::Write> State<W> {
                     }
                     self.conv.writer_mut().exit(t, pid, tid);
                 } else {
-                    self.conv.fork(ppid, pid);
+                    self.conv.fork(ppid, pid, t);
                     self.seen(pid, tid);
                     self.conv.writer_mut().fork(t, pid, ppid, tid, ptid);
                 }

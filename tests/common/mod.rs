@@ -3,6 +3,8 @@
 //! FLAMEREC_SKIP_PERF_TESTS=1), fold and read `info --json`.
 #![allow(dead_code)]
 
+pub mod sys;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};

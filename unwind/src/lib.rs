@@ -248,9 +248,15 @@ impl StackUnwinder {
         if parent == child {
             return;
         }
-        if let Some(p) = self.processes.get(&parent) {
-            let copy = p.clone();
-            self.processes.insert(child, copy);
+        match self.processes.get(&parent) {
+            Some(p) => {
+                let copy = p.clone();
+                self.processes.insert(child, copy);
+            }
+            // A reused pid: what the process that had it before mapped is gone.
+            None => {
+                self.processes.remove(&child);
+            }
         }
     }
 

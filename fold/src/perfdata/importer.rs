@@ -128,19 +128,17 @@ impl Importer {
                 self.samples += 1;
             }
             EventRecord::Comm(c) => {
-                if c.is_execve {
-                    self.conv.exec(id(c.pid));
-                }
                 let t = self.rel(time);
+                if c.is_execve {
+                    self.conv.exec(id(c.pid), t);
+                }
                 let name = String::from_utf8_lossy(&c.name.as_slice()).into_owned();
-                self.conv
-                    .writer_mut()
-                    .comm(t, id(c.pid), id(c.tid), &name, c.is_execve);
+                self.conv.comm(t, id(c.pid), id(c.tid), &name, c.is_execve);
             }
             EventRecord::Fork(f) => {
                 let t = self.rel(Some(f.timestamp));
                 let (pid, ppid) = (id(f.pid), id(f.ppid));
-                self.conv.fork(ppid, pid);
+                self.conv.fork(ppid, pid, t);
                 self.conv
                     .writer_mut()
                     .fork(t, pid, ppid, id(f.tid), id(f.ptid));
