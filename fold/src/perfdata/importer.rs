@@ -152,15 +152,19 @@ impl Importer {
             }
             EventRecord::Mmap(m) if m.cpu_mode != CpuMode::Kernel => {
                 let path = m.path.as_slice().into_owned();
-                self.map(NewMap {
-                    pid: id(m.pid),
-                    start: m.address,
-                    len: m.length,
-                    pgoff: m.page_offset,
-                    path: &path,
-                    build_id: None,
-                    exec: m.is_executable,
-                });
+                let t = self.rel(time);
+                self.map(
+                    t,
+                    NewMap {
+                        pid: id(m.pid),
+                        start: m.address,
+                        len: m.length,
+                        pgoff: m.page_offset,
+                        path: &path,
+                        build_id: None,
+                        exec: m.is_executable,
+                    },
+                );
             }
             EventRecord::Mmap2(m) if m.cpu_mode != CpuMode::Kernel => {
                 let path = m.path.as_slice().into_owned();
@@ -168,15 +172,19 @@ impl Importer {
                     Mmap2FileId::BuildId(b) => Some(b.clone()),
                     Mmap2FileId::InodeAndVersion(_) => None,
                 };
-                self.map(NewMap {
-                    pid: id(m.pid),
-                    start: m.address,
-                    len: m.length,
-                    pgoff: m.page_offset,
-                    path: &path,
-                    build_id,
-                    exec: m.protection & PROT_EXEC != 0,
-                });
+                let t = self.rel(time);
+                self.map(
+                    t,
+                    NewMap {
+                        pid: id(m.pid),
+                        start: m.address,
+                        len: m.length,
+                        pgoff: m.page_offset,
+                        path: &path,
+                        build_id,
+                        exec: m.protection & PROT_EXEC != 0,
+                    },
+                );
             }
             EventRecord::Lost(l) => {
                 self.lost = self.lost.saturating_add(l.count);
@@ -209,13 +217,14 @@ impl Importer {
         self.conv.unwind(pid, regs, &bytes[..len], frames);
     }
 
-    fn map(&mut self, m: NewMap<'_>) {
+    /// A mapping made at `time_ns` (its record's time: the converter drops
+    /// one older than its process's last exec).
+    fn map(&mut self, time_ns: u64, m: NewMap<'_>) {
         let path = String::from_utf8_lossy(m.path);
         let build_id = m
             .build_id
             .or_else(|| self.build_ids.get(m.path).cloned())
             .unwrap_or_default();
-        let time_ns = self.last_time_ns;
         self.conv.mmap(&Mmap {
             pid: m.pid,
             start: m.start,
