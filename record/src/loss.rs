@@ -141,6 +141,11 @@ impl Losses {
         }
     }
 
+    /// Lost by the ring of `cpu` so far.
+    pub(crate) fn of_cpu(&self, cpu: u32) -> u64 {
+        self.per_cpu.get(&cpu).copied().unwrap_or(0)
+    }
+
     pub(crate) fn total(&self) -> u64 {
         self.total
     }

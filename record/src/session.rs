@@ -344,6 +344,7 @@ impl Session {
             sample_regs_user: if dwarf { sys::REGS_BX_BP_SP_IP } else { 0 },
             sample_stack_user: if dwarf { stack_size & !7 } else { 0 },
             defer_user: defer,
+            count_lost: true,
         };
         warnings.extend(ring_warning);
         // Every (task, CPU) pair to open: the command, each thread of the
@@ -649,6 +650,7 @@ impl Session {
         let ring_readers = readers.as_ref().map(|(r, at)| (r.count(), *at));
         let taken = readers.map_or_else(Vec::new, |(r, _)| r.stop());
         st.drain(&mut events, &mut scratch, taken);
+        st.unreported_losses(&events);
         // Closed before the sysctl is put back: the kernel refuses to change it
         // while events with callchains are open.
         drop(events);
@@ -777,6 +779,7 @@ fn defer_probe() -> io::Result<()> {
         sample_regs_user: 0,
         sample_stack_user: 0,
         defer_user: true,
+        count_lost: false,
     };
     sys::perf_event_open(&cfg, 0, -1).map(drop)
 }
@@ -832,23 +835,39 @@ fn depth_warnings<W: io::Write>(
 /// Opens one event per (task, CPU); per CPU the first event owns the ring
 /// buffer and the others write into it.
 fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Event>, RecordError> {
+    let mut cfg = cfg.clone();
     let mut events: Vec<Event> = Vec::new();
     for cpu in crate::online_cpus() {
         let mut owner: Option<usize> = None;
         for &task in tasks {
-            let fd = match sys::perf_event_open(cfg, task, cpu) {
+            let opened = match sys::perf_event_open(&cfg, task, cpu) {
+                // Linux before 6.0 does not count an event's lost records:
+                // losses are then known from the kernel's LOST records only.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && cfg.count_lost => {
+                    cfg.count_lost = false;
+                    sys::perf_event_open(&cfg, task, cpu)
+                }
+                other => other,
+            };
+            let fd = match opened {
                 Ok(fd) => fd,
                 // A thread of an attached process may exit meanwhile.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) && task > 0 => continue,
                 Err(e) => return Err(open_error(cfg.counter, tasks == [-1], e)),
             };
+            let counts_lost = cfg.count_lost;
             match owner {
                 Some(i) => {
                     sys::set_output(&fd, &events[i].fd).map_err(|e| RecordError::Sys {
                         what: "sharing a ring buffer (PERF_EVENT_IOC_SET_OUTPUT)".into(),
                         source: e,
                     })?;
-                    events.push(Event { fd, ring: None });
+                    events.push(Event {
+                        fd,
+                        ring: None,
+                        cpu: cpu as u32,
+                        counts_lost,
+                    });
                 }
                 None => {
                     let ring =
@@ -860,6 +879,8 @@ fn open_events(cfg: &EventConfig, tasks: &[i32], pages: usize) -> Result<Vec<Eve
                     events.push(Event {
                         fd,
                         ring: Some(ring),
+                        cpu: cpu as u32,
+                        counts_lost,
                     });
                 }
             }

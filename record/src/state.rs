@@ -23,6 +23,10 @@ use flamerec_symbolize::live::vdso_image;
 pub(crate) struct Event {
     pub(crate) fd: std::os::fd::OwnedFd,
     pub(crate) ring: Option<sys::RingBuffer>,
+    /// The CPU whose ring it writes to.
+    pub(crate) cpu: u32,
+    /// Opened with `count_lost` (Linux 6.0+).
+    pub(crate) counts_lost: bool,
 }
 
 /// Everything the loop keeps between rounds.
@@ -333,6 +337,29 @@ impl<W: io::Write> State<W> {
         left.sort_unstable_by_key(|&(tid, (_, _, out))| (out, tid));
         for (tid, (pid, stack, out_ns)) in left {
             self.write_off_cpu(pid, tid, stack, out_ns, end_ns);
+        }
+    }
+
+    /// After the last drain: losses no LOST record reported. The kernel
+    /// writes one only once the ring has room again, so a ring still full
+    /// when the command ended (its reader kept from every CPU until then)
+    /// would hide what it dropped. Each event counts what it could not
+    /// write; per CPU, what those counts exceed the LOST records read by is
+    /// added, at the recording's end.
+    pub(crate) fn unreported_losses(&mut self, events: &[Event]) {
+        let mut counted: std::collections::BTreeMap<u32, u64> = Default::default();
+        for e in events.iter().filter(|e| e.counts_lost) {
+            if let Ok(n) = sys::lost_records(&e.fd) {
+                *counted.entry(e.cpu).or_default() += n;
+            }
+        }
+        let end = self.rel(sys::monotonic_ns());
+        for (cpu, n) in counted {
+            let unreported = n.saturating_sub(self.losses.of_cpu(cpu));
+            if unreported > 0 {
+                self.losses.add(cpu, unreported);
+                self.conv.writer_mut().lost(end, unreported);
+            }
         }
     }
 

@@ -138,6 +138,10 @@ pub struct EventConfig {
     /// (`defer_callchain`), and, with `side_band`, receive the
     /// CALLCHAIN_DEFERRED records that carry it (`defer_output`).
     pub defer_user: bool,
+    /// Keep the count of records the kernel could not write for the event
+    /// (`PERF_FORMAT_LOST`, Linux 6.0+; older kernels refuse the open with
+    /// EINVAL), read with [`lost_records`].
+    pub count_lost: bool,
 }
 
 impl EventConfig {
@@ -169,6 +173,7 @@ impl EventConfig {
             sample_regs_user: REGS_BP_SP_IP,
             sample_stack_user: stack_bytes,
             defer_user: false,
+            count_lost: false,
         }
     }
 }
@@ -247,7 +252,37 @@ fn attr_from(cfg: &EventConfig) -> b::perf_event_attr {
         a.set_defer_callchain(1);
         a.set_defer_output(u64::from(cfg.side_band));
     }
+    if cfg.count_lost {
+        a.read_format = u64::from(b::PERF_FORMAT_LOST);
+    }
     a
+}
+
+/// How many records the kernel could not write for an event opened with
+/// [`EventConfig::count_lost`] (its inherited copies' included), whether or
+/// not a LOST record ever reported them: one the kernel owes is written
+/// only once the ring has room again, which it may never have.
+pub fn lost_records(fd: &OwnedFd) -> io::Result<u64> {
+    // With read_format = PERF_FORMAT_LOST alone: the count, then lost.
+    let mut values = [0u64; 2];
+    // SAFETY: `values` is 16 writable bytes that live across the call, and
+    // `fd` keeps the descriptor open.
+    let n = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            values.as_mut_ptr().cast::<libc::c_void>(),
+            std::mem::size_of_val(&values),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != std::mem::size_of_val(&values) {
+        return Err(io::Error::other(format!(
+            "read {n} bytes of an event's count and lost records, not 16"
+        )));
+    }
+    Ok(values[1])
 }
 
 /// Opens one perf event for `pid` (-1 = every task) on `cpu` (-1 = any).
