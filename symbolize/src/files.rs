@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::cache::{AddressTable, SymbolCache};
+use crate::dwarf::DieIndex;
 use crate::elf::sections::Reader;
 use crate::elf::{self, debugfile};
 use crate::engine::{Context, LocalNames, ModuleOutcome};
@@ -146,6 +147,8 @@ fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Op
     // DWARF is only parsed to extend a table that already has it.
     let want_dwarf = ctx.opts.inline || table.has_dwarf;
     let prefetch = |path: &Path| ctx.prefetch.take(path);
+    let cache = ctx.cache.as_ref();
+    let mut dies = DieIndex::default();
     let looked_up = with_binary(m, dirs, want_dwarf, prefetch, |binary| {
         let missing = if restarts(&table, binary, want_dwarf) {
             table = fresh_table(binary, want_dwarf);
@@ -153,14 +156,23 @@ fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Op
         } else {
             missing
         };
-        let found = binary.lookup_all(&missing);
+        if binary.has_dwarf() {
+            dies = cache
+                .and_then(|c| c.load_dies(&m.build_id))
+                .unwrap_or_default();
+        }
+        let found = binary.lookup_all(&missing, &mut dies);
         table.entries.extend(missing.into_iter().zip(found));
     });
     if let Err(why) = looked_up {
         return (table, Some(why));
     }
-    if let Some(cache) = &ctx.cache {
-        if let Err(e) = cache.store(&m.build_id, &table) {
+    if let Some(cache) = cache {
+        let mut stored = cache.store(&m.build_id, &table);
+        if dies.changed && stored.is_ok() {
+            stored = cache.store_dies(&m.build_id, &dies);
+        }
+        if let Err(e) = stored {
             if let Ok(mut slot) = ctx.cache_error.lock() {
                 slot.get_or_insert_with(|| cache_write_failed(&e));
             }

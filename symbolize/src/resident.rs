@@ -19,6 +19,7 @@ use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::{AddressTable, SymbolCache};
+use crate::dwarf::DieIndex;
 use crate::files::{cache_write_failed, cached_table, fresh_table, restarts, with_binary};
 use crate::types::RawName;
 use crate::{Embedding, NameOptions};
@@ -233,6 +234,13 @@ fn serve(
                 table = fresh_table(binary, true);
             }
             binary.index_symbols();
+            if binary.has_dwarf() {
+                saver.dies = saver
+                    .cache
+                    .as_ref()
+                    .and_then(|c| c.load_dies(&m.build_id))
+                    .unwrap_or_default();
+            }
             for frames in std::iter::once(first_miss).chain(batches.by_ref()) {
                 let mut missing: Vec<u64> = frames
                     .iter()
@@ -242,7 +250,7 @@ fn serve(
                 missing.sort_unstable();
                 missing.dedup();
                 if !missing.is_empty() {
-                    let found = binary.lookup_all(&missing);
+                    let found = binary.lookup_all(&missing, &mut saver.dies);
                     table.entries.extend(missing.into_iter().zip(found));
                     saver.grew(&table);
                 }
@@ -266,6 +274,9 @@ fn serve(
 struct Saver<'m> {
     cache: Option<SymbolCache>,
     module: &'m Module,
+    /// Where the binary's DWARF functions are, kept across batches (a
+    /// unit is walked whole once) and cached when the batches end.
+    dies: DieIndex,
     saved: Option<Instant>,
     unsaved: bool,
     error: Option<String>,
@@ -279,6 +290,7 @@ impl<'m> Saver<'m> {
         Saver {
             cache,
             module,
+            dies: DieIndex::default(),
             saved: None,
             unsaved: false,
             error: None,
@@ -305,6 +317,11 @@ impl<'m> Saver<'m> {
     fn finish(mut self, table: &AddressTable) -> Option<String> {
         if self.unsaved {
             self.save(table);
+        }
+        if let (Some(cache), true) = (&self.cache, self.dies.changed) {
+            if let Err(e) = cache.store_dies(&self.module.build_id, &self.dies) {
+                self.error.get_or_insert_with(|| cache_write_failed(&e));
+            }
         }
         self.error
     }

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use symbolic_common::Language;
 
-use crate::dwarf::DwarfFile;
+use crate::dwarf::{DieIndex, DwarfFile};
 use crate::elf::plt::{StubName, Stubs};
 use crate::elf::sections::Reader;
 use crate::elf::symtab::{function_names, FunctionIndex};
@@ -83,7 +83,13 @@ impl<'a, 'd> Binary<'a, 'd> {
     /// The functions at each of `file_offsets`, outermost first: the
     /// function holding the code, then the functions DWARF says were inlined
     /// into it there, down to the innermost. Empty when nothing covers it.
-    pub(crate) fn lookup_all(&self, file_offsets: &[u64]) -> Vec<Vec<RawName>> {
+    /// `dies` is what earlier lookups learnt of the DWARF's layout, and
+    /// learns what this one does.
+    pub(crate) fn lookup_all(
+        &self,
+        file_offsets: &[u64],
+        dies: &mut DieIndex,
+    ) -> Vec<Vec<RawName>> {
         // 0 for offsets outside every segment: no DWARF range starts at 0.
         let vaddrs: Vec<u64> = file_offsets
             .iter()
@@ -91,7 +97,7 @@ impl<'a, 'd> Binary<'a, 'd> {
             .collect();
         let (dwarf, symbols) = rayon::join(
             || match &self.dwarf {
-                Some(d) => d.frames(&vaddrs),
+                Some(d) => d.frames(&vaddrs, dies),
                 None => vec![None; vaddrs.len()],
             },
             || self.symbols(&vaddrs),
@@ -201,7 +207,7 @@ mod tests {
         let obj = Object::parse(&data).expect("parse");
         let bin = Binary::new((&obj, None), None, true, None);
         assert!(bin.has_dwarf(), "test binaries are built with debug info");
-        let out = bin.lookup_all(&[u64::MAX, 0]);
+        let out = bin.lookup_all(&[u64::MAX, 0], &mut DieIndex::default());
         assert_eq!(out.len(), 2);
         assert!(out[0].is_empty());
     }

@@ -66,7 +66,14 @@ impl SymbolCache {
     }
 
     fn path(&self, build_id: &[u8]) -> PathBuf {
-        self.dir.join(SUBDIR).join(format!("{}.sym", hex(build_id)))
+        self.file(build_id, "sym")
+    }
+
+    /// The cache's file for `build_id` with extension `ext`.
+    pub(super) fn file(&self, build_id: &[u8], ext: &str) -> PathBuf {
+        self.dir
+            .join(SUBDIR)
+            .join(format!("{}.{ext}", hex(build_id)))
     }
 
     /// Whether an entry exists for `build_id` (not whether it is valid).
@@ -79,12 +86,7 @@ impl SymbolCache {
         if build_id.is_empty() {
             return None;
         }
-        let path = self.path(build_id);
-        let meta = fs::metadata(&path).ok()?;
-        if !meta.is_file() || meta.len() > MAX_FILE {
-            return None;
-        }
-        decode(&fs::read(&path).ok()?, build_id)
+        decode(&read_bounded(&self.path(build_id))?, build_id)
     }
 
     /// Stores `table` for `build_id`, atomically (temporary file + rename).
@@ -92,20 +94,32 @@ impl SymbolCache {
         if build_id.is_empty() {
             return Ok(());
         }
-        let path = self.path(build_id);
-        let dir = path.parent().unwrap_or(&self.dir);
-        fs::create_dir_all(dir)?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .suffix(".sym")
-            .tempfile_in(dir)?;
-        tmp.write_all(&encode(build_id, table))?;
-        tmp.persist(&path).map_err(|e| e.error)?;
-        Ok(())
+        write_atomic(&self.path(build_id), &encode(build_id, table))
     }
 }
 
-fn put_u32(out: &mut Vec<u8>, v: usize) {
+/// A cache file's bytes; `None` when it is missing, not a file, or bigger
+/// than [`MAX_FILE`].
+pub(super) fn read_bounded(path: &Path) -> Option<Vec<u8>> {
+    let meta = fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return None;
+    }
+    fs::read(path).ok()
+}
+
+/// Writes `bytes` to `path` through a temporary file in its directory
+/// (created when missing), renamed into place.
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+pub(super) fn put_u32(out: &mut Vec<u8>, v: usize) {
     out.extend_from_slice(&(v as u32).to_le_bytes());
 }
 
@@ -155,10 +169,10 @@ fn encode(build_id: &[u8], table: &AddressTable) -> Vec<u8> {
 }
 
 /// Bounds-checked little-endian reads.
-struct Cursor<'a>(&'a [u8]);
+pub(super) struct Cursor<'a>(pub(super) &'a [u8]);
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(super) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if n > self.0.len() {
             return None;
         }
@@ -166,14 +180,14 @@ impl<'a> Cursor<'a> {
         self.0 = rest;
         Some(head)
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(super) fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u64(&mut self) -> Option<u64> {
+    pub(super) fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
     /// A count of items of at least `min` bytes each that the rest can hold.
-    fn count(&mut self, min: usize) -> Option<usize> {
+    pub(super) fn count(&mut self, min: usize) -> Option<usize> {
         let n = self.u32()? as usize;
         (n <= self.0.len() / min).then_some(n)
     }

@@ -14,7 +14,9 @@
 //! 3. Each needed CU (in parallel) parses its own abbreviations and walks its
 //!    entries once for all its addresses: the `DW_TAG_subprogram` whose
 //!    ranges hold an address, then the `DW_TAG_inlined_subroutine`s nested in
-//!    it that hold it too, skipping every function that holds none.
+//!    it that hold it too, skipping every function that holds none. The walk
+//!    also notes where each outermost function's entry is (`index`): a CU
+//!    walked once is then read only at the functions holding the addresses.
 //!
 //! Names follow `DW_AT_linkage_name`, then `DW_AT_name`, then
 //! `DW_AT_abstract_origin`/`DW_AT_specification`, within a CU or across CUs;
@@ -34,6 +36,7 @@ use gimli::{
 use rayon::prelude::*;
 use symbolic_common::Language;
 
+use super::index::{Arange, DieIndex, FunctionRange};
 use crate::elf::sections::{Bytes, Reader, Sections};
 use crate::types::RawName;
 
@@ -92,21 +95,30 @@ impl<'d> DwarfFile<'d> {
     }
 
     /// Per address, the functions there, outermost first; `None` where
-    /// DWARF names none.
-    pub(crate) fn frames(&self, addrs: &[u64]) -> Vec<Option<Vec<RawName>>> {
+    /// DWARF names none. `dies` is what earlier lookups in this DWARF
+    /// learnt of its layout (empty, or from the symbol cache); what this
+    /// one learns is added to it.
+    pub(crate) fn frames(&self, addrs: &[u64], dies: &mut DieIndex) -> Vec<Option<Vec<RawName>>> {
         let mut out = vec![None; addrs.len()];
         let Some(info) = self.sections.debug("info") else {
             return out;
         };
+        if dies.info_len != info.size() {
+            *dies = DieIndex::new(info.size());
+        }
         let aranges = self.sections.debug("aranges").map(|s| s.full());
-        let table = aranges
+        let mut table = aranges
             .as_deref()
             .map(|a| arange_table(a, self.endian))
             .unwrap_or_default();
+        if table.is_empty() {
+            table = dies.units.clone().unwrap_or_default();
+        }
         let units_of = |table: &[Arange]| -> Vec<(u64, Vec<usize>)> { group(table, addrs) };
 
-        // With aranges: the CUs are known before .debug_info is read, and
-        // only the part of it up to the last one is inflated.
+        // With aranges (or the CUs' ranges from an earlier lookup): the CUs
+        // are known before .debug_info is read, and only the part of it up
+        // to the last one is inflated.
         let by_aranges = (!table.is_empty()).then(|| units_of(&table));
         let prefetched = self.prefetched.lock().ok().and_then(|mut p| p.take());
         let read_info = || -> Bytes<'d> {
@@ -146,13 +158,28 @@ impl<'d> DwarfFile<'d> {
         };
         let groups = match by_aranges {
             Some(groups) => groups,
-            None => units_of(&unit_ranges(&dwarf)),
+            None => {
+                let table = unit_ranges(&dwarf);
+                let groups = units_of(&table);
+                dies.units = Some(table);
+                dies.changed = true;
+                groups
+            }
         };
         let index = UnitIndex::default();
-        let found: Vec<(usize, Vec<RawName>)> = groups
+        let known: &DieIndex = dies;
+        let walked: Vec<UnitFrames> = groups
             .par_iter()
-            .flat_map_iter(|(unit, idxs)| unit_frames(&dwarf, &index, *unit, idxs, addrs))
+            .map(|(unit, idxs)| unit_frames(&dwarf, &index, known, *unit, idxs, addrs))
             .collect();
+        let mut found = Vec::new();
+        for w in walked {
+            found.extend(w.chains);
+            if let Some(functions) = w.functions {
+                dies.functions.insert(w.unit, functions);
+                dies.changed = true;
+            }
+        }
         for (i, chain) in found {
             if let Some(slot) = out.get_mut(i) {
                 // Claimed by two CUs: the deeper chain, the first CU's on a tie.
@@ -163,14 +190,6 @@ impl<'d> DwarfFile<'d> {
         }
         out
     }
-}
-
-/// An address range and the CU (its `.debug_info` offset) holding it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Arange {
-    begin: u64,
-    end: u64,
-    unit: u64,
 }
 
 /// `.debug_aranges` as a sorted table; empty ranges and ranges at 0 (code
@@ -375,20 +394,38 @@ impl<'a> UnitIndex<'a> {
     }
 }
 
-/// The chains of the addresses `idxs` (in address order) in the CU at `unit_offset`.
+/// One CU's part of a lookup.
+struct UnitFrames {
+    unit: u64,
+    /// Per address (an index into the lookup's addresses), its functions.
+    chains: Vec<(usize, Vec<RawName>)>,
+    /// Its outermost functions' ranges, when it was walked whole.
+    functions: Option<Vec<FunctionRange>>,
+}
+
+/// The chains of the addresses `idxs` (in address order) in the CU at
+/// `unit_offset`: from the entries of the functions holding them when
+/// `dies` knows where those are, else by a walk of the whole CU, which
+/// notes them.
 fn unit_frames<'a>(
     dwarf: &gimli::Dwarf<R<'a>>,
     index: &UnitIndex<'a>,
+    dies: &DieIndex,
     unit_offset: u64,
     idxs: &[usize],
     addrs: &[u64],
-) -> Vec<(usize, Vec<RawName>)> {
+) -> UnitFrames {
+    let mut done = UnitFrames {
+        unit: unit_offset,
+        chains: Vec::new(),
+        functions: None,
+    };
     let Some(unit) = usize::try_from(unit_offset)
         .ok()
         .and_then(|o| dwarf.debug_info.header_from_offset(DebugInfoOffset(o)).ok())
         .and_then(|h| make_unit(dwarf, h))
     else {
-        return Vec::new();
+        return done;
     };
     let local: Vec<u64> = idxs.iter().map(|&i| addrs[i]).collect();
     let mut chains: Vec<Vec<Option<RawName>>> = vec![Vec::new(); local.len()];
@@ -400,7 +437,7 @@ fn unit_frames<'a>(
         }
     };
     let Some(lang) = lang else {
-        return Vec::new();
+        return done;
     };
     let cx = UnitWalk {
         dwarf,
@@ -409,15 +446,24 @@ fn unit_frames<'a>(
         lang,
         addrs: &local,
     };
-    cx.walk(&mut chains);
-    chains
+    match dies.entries_for(unit_offset, &local) {
+        Some(entries) => cx.walk_functions(&entries, &mut chains),
+        None => {
+            let mut functions = Vec::new();
+            cx.walk(&mut chains, &mut functions);
+            functions.sort_unstable();
+            done.functions = Some(functions);
+        }
+    }
+    done.chains = chains
         .into_iter()
         .zip(idxs)
         .filter_map(|(chain, &i)| {
             let names: Vec<RawName> = chain.into_iter().flatten().collect();
             (!names.is_empty()).then_some((i, names))
         })
-        .collect()
+        .collect();
+    done
 }
 
 /// One CU's walk for a set of addresses.
@@ -462,7 +508,9 @@ impl<'a> UnitWalk<'a, '_> {
     /// the one giving the longest chain wins, the first on a tie: every
     /// sibling is looked at, and an earlier claim is put back when it was
     /// at least as deep.
-    fn walk(&self, chains: &mut [Vec<Option<RawName>>]) {
+    ///
+    /// Every outermost function's ranges and entry go to `functions`.
+    fn walk(&self, chains: &mut [Vec<Option<RawName>>], functions: &mut Vec<FunctionRange>) {
         let Ok(mut raw) = self.unit.entries_raw(None) else {
             return;
         };
@@ -475,17 +523,52 @@ impl<'a> UnitWalk<'a, '_> {
             }
             _ => return,
         }
+        self.walk_from(raw, chains, Some(functions));
+    }
+
+    /// Walks only the entries of the outermost functions at `entries`
+    /// (`.debug_info` offsets, in order) and their children: the whole
+    /// walk's result for addresses those functions hold, as it would have
+    /// met them, siblings in the same order.
+    fn walk_functions(&self, entries: &[u64], chains: &mut [Vec<Option<RawName>>]) {
+        for &entry in entries {
+            let at = usize::try_from(entry)
+                .ok()
+                .and_then(|e| DebugInfoOffset(e).to_unit_offset(&self.unit.header));
+            let Some(Ok(raw)) = at.map(|at| self.unit.entries_raw(Some(at))) else {
+                continue;
+            };
+            self.walk_from(raw, chains, None);
+        }
+    }
+
+    /// The walk from where `raw` stands to the end of its list of entries
+    /// (or, for one function's entry, to the end of its children).
+    fn walk_from(
+        &self,
+        mut raw: gimli::EntriesRaw<'_, '_, R<'a>>,
+        chains: &mut [Vec<Option<RawName>>],
+        mut functions: Option<&mut Vec<FunctionRange>>,
+    ) {
+        // One function's entry: the walk ends where its siblings begin.
+        let one = functions.is_none();
         let mut stack = vec![Scope {
             depth: raw.next_depth(),
             cands: (0..self.addrs.len()).collect(),
             level: 0,
             displaced: None,
         }];
+        let first_depth = raw.next_depth();
+        let mut first = true;
         // Entries deeper than this are skipped.
         let mut skip_below: Option<isize> = None;
         while !raw.is_empty() && !stack.is_empty() {
             let offset = raw.next_offset();
             let depth = raw.next_depth();
+            if one && !first && depth <= first_depth {
+                break;
+            }
+            first = false;
             let abbrev = match raw.read_abbreviation() {
                 Ok(Some(a)) => a,
                 Ok(None) => {
@@ -552,7 +635,20 @@ impl<'a> UnitWalk<'a, '_> {
                 break;
             }
             let level = top.level;
-            let inside = self.covered(&pc, &top.cands);
+            let ranges = self.ranges(&pc);
+            if level == 0 {
+                if let (Some(list), Some(entry)) = (
+                    functions.as_deref_mut(),
+                    offset.to_debug_info_offset(&self.unit.header),
+                ) {
+                    list.extend(ranges.iter().map(|&(begin, end)| FunctionRange {
+                        begin,
+                        end,
+                        entry: entry.0 as u64,
+                    }));
+                }
+            }
+            let inside = self.covered(&ranges, &top.cands);
             if inside.is_empty() || level >= MAX_INLINE_DEPTH {
                 if abbrev.has_children() {
                     skip_below = Some(depth);
@@ -593,19 +689,30 @@ impl<'a> UnitWalk<'a, '_> {
         }
     }
 
-    /// The candidates inside the address ranges `pc` gives.
-    fn covered(&self, pc: &Pc<'a>, cands: &[usize]) -> Vec<usize> {
+    /// The candidates inside `ranges`.
+    fn covered(&self, ranges: &[(u64, u64)], cands: &[usize]) -> Vec<usize> {
         let mut inside = Vec::new();
-        let mut take = |begin: u64, end: u64| {
-            if begin == 0 || begin >= end {
-                return;
-            }
+        for &(begin, end) in ranges {
             let from = cands.partition_point(|&i| self.addrs[i] < begin);
             for &i in &cands[from..] {
                 if self.addrs[i] >= end {
                     break;
                 }
                 inside.push(i);
+            }
+        }
+        inside.sort_unstable();
+        inside.dedup();
+        inside
+    }
+
+    /// The address ranges `pc` gives; empty ones and those at 0 (code the
+    /// linker dropped) left out.
+    fn ranges(&self, pc: &Pc<'a>) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut take = |begin: u64, end: u64| {
+            if begin != 0 && begin < end {
+                out.push((begin, end));
             }
         };
         if let Some(v) = &pc.ranges {
@@ -630,9 +737,7 @@ impl<'a> UnitWalk<'a, '_> {
                 take(b, e);
             }
         }
-        inside.sort_unstable();
-        inside.dedup();
-        inside
+        out
     }
 }
 
@@ -841,7 +946,7 @@ mod tests {
             let file = Arc::new(File::open(&path).expect("open"));
             let ours = DwarfFile::new(&data, Some(file), None)
                 .expect("DWARF")
-                .frames(&addrs);
+                .frames(&addrs, &mut DieIndex::default());
             let theirs = addr2line_frames(&data, &addrs);
             let (mut named, mut inlined) = (0, 0);
             for ((a, o), t) in addrs.iter().zip(&ours).zip(&theirs) {
@@ -866,6 +971,66 @@ mod tests {
                 "{}: {named} addresses named, {inlined} with inlined frames",
                 path.display()
             );
+        }
+    }
+
+    /// A lookup through the index an earlier one left (walking only the
+    /// functions holding its addresses) names every address as a walk of
+    /// whole units does: a C program with `.debug_aranges`, and this test
+    /// binary (Rust, CUs found from their root entries, then from the index).
+    #[test]
+    fn lookups_through_the_index_name_as_whole_walks() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let c_src = dir.path().join("q.c");
+        std::fs::write(
+            &c_src,
+            "static inline __attribute__((always_inline)) int sq(int x) { return x * x; }\n\
+             static int __attribute__((noinline)) sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i) ^ n; return s; }\n\
+             static int __attribute__((noinline)) twice(int n) { return sum(n) + sum(n + 1); }\n\
+             int main(int argc, char **argv) { (void)argv; return (sum(argc * 1000) + twice(argc)) & 1; }\n",
+        )
+        .expect("write");
+        let c_bin = dir.path().join("q");
+        let built = std::process::Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&c_bin)
+            .arg(&c_src)
+            .status()
+            .expect("cc runs");
+        assert!(built.success(), "cc failed");
+        let exe = std::env::current_exe().expect("exe");
+        for (path, count) in [(c_bin, 3000), (exe, 3000)] {
+            let data = std::fs::read(&path).expect("read");
+            let addrs = code_addresses(&data, count);
+            let open = || {
+                let file = Arc::new(File::open(&path).expect("open"));
+                DwarfFile::new(&data, Some(file), None).expect("DWARF")
+            };
+            let whole = open().frames(&addrs, &mut DieIndex::default());
+            // The first lookup (every other address) walks its units whole
+            // and notes their functions; the second, in a fresh DwarfFile,
+            // asks for all of them, most in units it then reads by index.
+            let mut dies = DieIndex::default();
+            let half: Vec<u64> = addrs.iter().copied().step_by(2).collect();
+            open().frames(&half, &mut dies);
+            assert!(
+                dies.changed && !dies.functions.is_empty(),
+                "{}",
+                path.display()
+            );
+            let walked = dies.functions.len();
+            dies.changed = false;
+            let indexed = open().frames(&addrs, &mut dies);
+            for ((a, w), i) in addrs.iter().zip(&whole).zip(&indexed) {
+                assert_eq!(w, i, "{}: address {a:#x}", path.display());
+            }
+            assert!(
+                whole.iter().flatten().any(|c| c.len() > 1),
+                "{}: no inlined frames to compare",
+                path.display()
+            );
+            // Units the first lookup had not walked were added; none walked twice.
+            assert!(dies.functions.len() >= walked, "{}", path.display());
         }
     }
 

@@ -1,10 +1,13 @@
 //! DWARF: the functions inlined at an address (`inlined`), read as far as
-//! the addresses need, and the big `.debug_info` sections inflated ahead
+//! the addresses need, where each unit's functions start (`index`, kept so a
+//! unit is walked whole once), and the big `.debug_info` sections inflated ahead
 //! while a recording is still being read (`prefetch`). Section bytes come
 //! from `elf::sections`.
 
+mod index;
 mod inlined;
 mod prefetch;
 
+pub(crate) use index::{Arange, DieIndex, FunctionRange};
 pub(crate) use inlined::DwarfFile;
 pub use prefetch::Prefetch;

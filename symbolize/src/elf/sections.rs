@@ -158,6 +158,11 @@ impl<'d> Section<'d> {
         }
     }
 
+    /// Its size once decompressed.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
     /// Whether the section is stored compressed.
     pub(crate) fn is_compressed(&self) -> bool {
         self.encoding != Encoding::Plain
