@@ -15,31 +15,11 @@ impl Stopped {
     /// and waits until it is stopped. Its other threads go on running.
     pub fn thread(tid: u32) -> io::Result<Stopped> {
         let tid = i32::try_from(tid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: PTRACE_SEIZE takes a thread id and no pointers (addr and
-        // data are null: no options).
-        let r = unsafe {
-            libc::ptrace(
-                libc::PTRACE_SEIZE,
-                tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
-        if r != 0 {
+        if ptrace(libc::PTRACE_SEIZE, tid) != 0 {
             return Err(io::Error::last_os_error());
         }
         let stopped = Stopped { tid };
-        // SAFETY: PTRACE_INTERRUPT on a thread this thread has seized; no
-        // pointers.
-        let r = unsafe {
-            libc::ptrace(
-                libc::PTRACE_INTERRUPT,
-                tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            )
-        };
-        if r != 0 {
+        if ptrace(libc::PTRACE_INTERRUPT, tid) != 0 {
             return Err(io::Error::last_os_error());
         }
         let mut status = 0;
@@ -55,17 +35,23 @@ impl Stopped {
     }
 }
 
+/// A ptrace request that takes no address and no data: SEIZE (no
+/// options), INTERRUPT, DETACH (no signal delivered).
+fn ptrace(request: libc::c_uint, tid: i32) -> libc::c_long {
+    // SAFETY: these requests read no pointers (addr and data are null);
+    // the kernel checks that `tid` exists and may be traced.
+    unsafe {
+        libc::ptrace(
+            request,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    }
+}
+
 impl Drop for Stopped {
     fn drop(&mut self) {
-        // SAFETY: PTRACE_DETACH on a thread this thread attached to, in a
-        // ptrace stop; data 0 delivers no signal.
-        unsafe {
-            libc::ptrace(
-                libc::PTRACE_DETACH,
-                self.tid,
-                std::ptr::null_mut::<libc::c_void>(),
-                std::ptr::null_mut::<libc::c_void>(),
-            );
-        }
+        ptrace(libc::PTRACE_DETACH, self.tid);
     }
 }

@@ -28,6 +28,9 @@ struct NewMap<'p> {
     build_id: Option<Vec<u8>>,
     /// Mapped executable (what the unwinder needs to know about).
     exec: bool,
+    /// Its record's time (the converter drops a mapping older than its
+    /// process's last exec).
+    time: Option<u64>,
 }
 
 /// Conversion state: the converter (with the in-memory recording being
@@ -152,19 +155,16 @@ impl Importer {
             }
             EventRecord::Mmap(m) if m.cpu_mode != CpuMode::Kernel => {
                 let path = m.path.as_slice().into_owned();
-                let t = self.rel(time);
-                self.map(
-                    t,
-                    NewMap {
-                        pid: id(m.pid),
-                        start: m.address,
-                        len: m.length,
-                        pgoff: m.page_offset,
-                        path: &path,
-                        build_id: None,
-                        exec: m.is_executable,
-                    },
-                );
+                self.map(NewMap {
+                    pid: id(m.pid),
+                    start: m.address,
+                    len: m.length,
+                    pgoff: m.page_offset,
+                    path: &path,
+                    build_id: None,
+                    exec: m.is_executable,
+                    time,
+                });
             }
             EventRecord::Mmap2(m) if m.cpu_mode != CpuMode::Kernel => {
                 let path = m.path.as_slice().into_owned();
@@ -172,19 +172,16 @@ impl Importer {
                     Mmap2FileId::BuildId(b) => Some(b.clone()),
                     Mmap2FileId::InodeAndVersion(_) => None,
                 };
-                let t = self.rel(time);
-                self.map(
-                    t,
-                    NewMap {
-                        pid: id(m.pid),
-                        start: m.address,
-                        len: m.length,
-                        pgoff: m.page_offset,
-                        path: &path,
-                        build_id,
-                        exec: m.protection & PROT_EXEC != 0,
-                    },
-                );
+                self.map(NewMap {
+                    pid: id(m.pid),
+                    start: m.address,
+                    len: m.length,
+                    pgoff: m.page_offset,
+                    path: &path,
+                    build_id,
+                    exec: m.protection & PROT_EXEC != 0,
+                    time,
+                });
             }
             EventRecord::Lost(l) => {
                 self.lost = self.lost.saturating_add(l.count);
@@ -217,9 +214,8 @@ impl Importer {
         self.conv.unwind(pid, regs, &bytes[..len], frames);
     }
 
-    /// A mapping made at `time_ns` (its record's time: the converter drops
-    /// one older than its process's last exec).
-    fn map(&mut self, time_ns: u64, m: NewMap<'_>) {
+    fn map(&mut self, m: NewMap<'_>) {
+        let time_ns = self.rel(m.time);
         let path = String::from_utf8_lossy(m.path);
         let build_id = m
             .build_id

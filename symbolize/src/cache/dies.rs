@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use super::store::{put_u32, read_bounded, write_atomic, Cursor, SymbolCache};
+use super::store::{framed, put_u32, read_bounded, write_atomic, Cursor, SymbolCache};
 use crate::dwarf::{Arange, DieIndex, FunctionRange};
 
 const MAGIC: &[u8; 8] = b"FRDIES\0\x01";
@@ -76,22 +76,11 @@ fn encode(build_id: &[u8], dies: &DieIndex) -> Vec<u8> {
             }
         }
     }
-    let mut out = Vec::with_capacity(body.len() + 12);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    out.extend_from_slice(&body);
-    out
+    framed(MAGIC, &body)
 }
 
 fn decode(bytes: &[u8], build_id: &[u8]) -> Option<DieIndex> {
-    let mut c = Cursor(bytes);
-    if c.take(MAGIC.len())? != MAGIC {
-        return None;
-    }
-    let crc = c.u32()?;
-    if crc32fast::hash(c.0) != crc {
-        return None;
-    }
+    let mut c = Cursor::checked(bytes, MAGIC)?;
     let id_len = c.u32()? as usize;
     if c.take(id_len)? != build_id {
         return None;

@@ -161,10 +161,15 @@ fn encode(build_id: &[u8], table: &AddressTable) -> Vec<u8> {
             put_u32(&mut body, n.language as usize);
         }
     }
+    framed(MAGIC, &body)
+}
+
+/// A cache file: `magic`, the CRC-32 of `body`, then `body`.
+pub(super) fn framed(magic: &[u8; 8], body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + 12);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&crc32fast::hash(body).to_le_bytes());
+    out.extend_from_slice(body);
     out
 }
 
@@ -172,6 +177,17 @@ fn encode(build_id: &[u8], table: &AddressTable) -> Vec<u8> {
 pub(super) struct Cursor<'a>(pub(super) &'a [u8]);
 
 impl<'a> Cursor<'a> {
+    /// The body of a file [`framed`] with `magic`, once its magic and CRC
+    /// are checked.
+    pub(super) fn checked(bytes: &'a [u8], magic: &[u8; 8]) -> Option<Self> {
+        let mut c = Cursor(bytes);
+        if c.take(magic.len())? != magic {
+            return None;
+        }
+        let crc = c.u32()?;
+        (crc32fast::hash(c.0) == crc).then_some(c)
+    }
+
     pub(super) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if n > self.0.len() {
             return None;
@@ -194,14 +210,7 @@ impl<'a> Cursor<'a> {
 }
 
 fn decode(bytes: &[u8], build_id: &[u8]) -> Option<AddressTable> {
-    let mut c = Cursor(bytes);
-    if c.take(MAGIC.len())? != MAGIC {
-        return None;
-    }
-    let crc = c.u32()?;
-    if crc32fast::hash(c.0) != crc {
-        return None;
-    }
+    let mut c = Cursor::checked(bytes, MAGIC)?;
     let flags = c.u32()?;
     let id_len = c.u32()? as usize;
     if c.take(id_len)? != build_id {

@@ -912,28 +912,34 @@ mod tests {
             .collect()
     }
 
+    /// `dir/p`: a C program, `cc -O2 -g` (`.debug_aranges`), of `body`
+    /// after an always-inlined `sq`.
+    fn compile_c(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+        let src = dir.join("p.c");
+        let head = "static inline __attribute__((always_inline)) int sq(int x) { return x * x; }\n";
+        std::fs::write(&src, format!("{head}{body}")).expect("write");
+        let bin = dir.join("p");
+        let built = std::process::Command::new("cc")
+            .args(["-O2", "-g", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .expect("cc runs");
+        assert!(built.success(), "cc failed");
+        bin
+    }
+
     /// Every address of a C program (`cc -O2 -g`: aranges, inlined static
     /// functions) gets the inline chain addr2line gives, and every address of
     /// this test binary (Rust, no `.debug_aranges`) a start of it.
     #[test]
     fn inline_chains_agree_with_addr2line() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let c_src = dir.path().join("p.c");
-        std::fs::write(
-            &c_src,
-            "static inline __attribute__((always_inline)) int sq(int x) { return x * x; }\n\
-             static int __attribute__((noinline)) sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i) ^ n; return s; }\n\
+        let c_bin = compile_c(
+            dir.path(),
+            "static int __attribute__((noinline)) sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i) ^ n; return s; }\n\
              int main(int argc, char **argv) { (void)argv; return sum(argc * 1000) & 1; }\n",
-        )
-        .expect("write");
-        let c_bin = dir.path().join("p");
-        let built = std::process::Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&c_bin)
-            .arg(&c_src)
-            .status()
-            .expect("cc runs");
-        assert!(built.success(), "cc failed");
+        );
         let exe = std::env::current_exe().expect("exe");
         // C: the same chains. The Rust test binary: the same outer function and
         // no frame addr2line lacks; LLVM sometimes gives an inlined call ranges
@@ -981,23 +987,12 @@ mod tests {
     #[test]
     fn lookups_through_the_index_name_as_whole_walks() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let c_src = dir.path().join("q.c");
-        std::fs::write(
-            &c_src,
-            "static inline __attribute__((always_inline)) int sq(int x) { return x * x; }\n\
-             static int __attribute__((noinline)) sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i) ^ n; return s; }\n\
+        let c_bin = compile_c(
+            dir.path(),
+            "static int __attribute__((noinline)) sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i) ^ n; return s; }\n\
              static int __attribute__((noinline)) twice(int n) { return sum(n) + sum(n + 1); }\n\
              int main(int argc, char **argv) { (void)argv; return (sum(argc * 1000) + twice(argc)) & 1; }\n",
-        )
-        .expect("write");
-        let c_bin = dir.path().join("q");
-        let built = std::process::Command::new("cc")
-            .args(["-O2", "-g", "-o"])
-            .arg(&c_bin)
-            .arg(&c_src)
-            .status()
-            .expect("cc runs");
-        assert!(built.success(), "cc failed");
+        );
         let exe = std::env::current_exe().expect("exe");
         for (path, count) in [(c_bin, 3000), (exe, 3000)] {
             let data = std::fs::read(&path).expect("read");
