@@ -156,11 +156,7 @@ fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Op
         } else {
             missing
         };
-        if binary.has_dwarf() {
-            dies = cache
-                .and_then(|c| c.load_dies(&m.build_id))
-                .unwrap_or_default();
-        }
+        dies = cached_dies(cache, m, binary);
         let found = binary.lookup_all(&missing, &mut dies);
         table.entries.extend(missing.into_iter().zip(found));
     });
@@ -200,6 +196,19 @@ pub(crate) fn cached_table(
         .filter(|t| {
             !inline || t.has_dwarf || (!t.dwarf_skipped && !debug_file_installed(dirs, &m.build_id))
         })
+        .unwrap_or_default()
+}
+
+/// Where the DWARF functions of module `m` are, as cached (empty without
+/// a cache entry, or when `binary` has no DWARF to read).
+pub(crate) fn cached_dies(
+    cache: Option<&SymbolCache>,
+    m: &Module,
+    binary: &Binary<'_, '_>,
+) -> DieIndex {
+    cache
+        .filter(|_| binary.has_dwarf())
+        .and_then(|c| c.load_dies(&m.build_id))
         .unwrap_or_default()
 }
 

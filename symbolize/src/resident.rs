@@ -20,7 +20,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::{AddressTable, SymbolCache};
 use crate::dwarf::DieIndex;
-use crate::files::{cache_write_failed, cached_table, fresh_table, restarts, with_binary};
+use crate::files::{
+    cache_write_failed, cached_dies, cached_table, fresh_table, restarts, with_binary,
+};
 use crate::types::RawName;
 use crate::{Embedding, NameOptions};
 
@@ -234,13 +236,7 @@ fn serve(
                 table = fresh_table(binary, true);
             }
             binary.index_symbols();
-            if binary.has_dwarf() {
-                saver.dies = saver
-                    .cache
-                    .as_ref()
-                    .and_then(|c| c.load_dies(&m.build_id))
-                    .unwrap_or_default();
-            }
+            saver.dies = cached_dies(saver.cache.as_ref(), m, binary);
             for frames in std::iter::once(first_miss).chain(batches.by_ref()) {
                 let mut missing: Vec<u64> = frames
                     .iter()

@@ -88,34 +88,22 @@ fn decode(bytes: &[u8], build_id: &[u8]) -> Option<DieIndex> {
     let info_len = c.u64()?;
     let units = match c.u32()? {
         0 => None,
-        1 => {
-            let n = c.count(24)?;
-            let mut units = Vec::with_capacity(n);
-            for _ in 0..n {
-                let (begin, end, unit) = (c.u64()?, c.u64()?, c.u64()?);
-                units.push(Arange { begin, end, unit });
-            }
-            // The lookup binary-searches it.
-            if !units.is_sorted() {
-                return None;
-            }
-            Some(units)
-        }
+        1 => Some(sorted_triples(&mut c, |begin, end, unit| Arange {
+            begin,
+            end,
+            unit,
+        })?),
         _ => return None,
     };
     let n = c.count(12)?;
     let mut functions = BTreeMap::new();
     for _ in 0..n {
         let unit = c.u64()?;
-        let k = c.count(24)?;
-        let mut list = Vec::with_capacity(k);
-        for _ in 0..k {
-            let (begin, end, entry) = (c.u64()?, c.u64()?, c.u64()?);
-            list.push(FunctionRange { begin, end, entry });
-        }
-        if !list.is_sorted() {
-            return None;
-        }
+        let list = sorted_triples(&mut c, |begin, end, entry| FunctionRange {
+            begin,
+            end,
+            entry,
+        })?;
         functions.insert(unit, list);
     }
     c.0.is_empty().then_some(DieIndex {
@@ -124,6 +112,17 @@ fn decode(bytes: &[u8], build_id: &[u8]) -> Option<DieIndex> {
         functions,
         changed: false,
     })
+}
+
+/// A u32 count, then that many (u64, u64, u64) made into `T`s, which must
+/// come sorted (lookups binary-search them).
+fn sorted_triples<T: Ord>(c: &mut Cursor<'_>, make: impl Fn(u64, u64, u64) -> T) -> Option<Vec<T>> {
+    let n = c.count(24)?;
+    let mut list = Vec::with_capacity(n);
+    for _ in 0..n {
+        list.push(make(c.u64()?, c.u64()?, c.u64()?));
+    }
+    list.is_sorted().then_some(list)
 }
 
 #[cfg(test)]

@@ -107,19 +107,20 @@ impl<'d> DwarfFile<'d> {
             *dies = DieIndex::new(info.size());
         }
         let aranges = self.sections.debug("aranges").map(|s| s.full());
-        let mut table = aranges
+        let from_aranges = aranges
             .as_deref()
             .map(|a| arange_table(a, self.endian))
             .unwrap_or_default();
-        if table.is_empty() {
-            table = dies.units.clone().unwrap_or_default();
-        }
+        let table = match (&from_aranges[..], &dies.units) {
+            ([], Some(units)) => &units[..],
+            (t, _) => t,
+        };
         let units_of = |table: &[Arange]| -> Vec<(u64, Vec<usize>)> { group(table, addrs) };
 
         // With aranges (or the CUs' ranges from an earlier lookup): the CUs
         // are known before .debug_info is read, and only the part of it up
         // to the last one is inflated.
-        let by_aranges = (!table.is_empty()).then(|| units_of(&table));
+        let by_aranges = (!table.is_empty()).then(|| units_of(table));
         let prefetched = self.prefetched.lock().ok().and_then(|mut p| p.take());
         let read_info = || -> Bytes<'d> {
             let mut reader = prefetched.unwrap_or_else(|| info.reader());
@@ -552,14 +553,16 @@ impl<'a> UnitWalk<'a, '_> {
     ) {
         // One function's entry: the walk ends where its siblings begin.
         let one = functions.is_none();
+        let first_depth = raw.next_depth();
         let mut stack = vec![Scope {
-            depth: raw.next_depth(),
+            depth: first_depth,
             cands: (0..self.addrs.len()).collect(),
             level: 0,
             displaced: None,
         }];
-        let first_depth = raw.next_depth();
         let mut first = true;
+        // A function's address ranges (reused: every function has some).
+        let mut ranges = Vec::new();
         // Entries deeper than this are skipped.
         let mut skip_below: Option<isize> = None;
         while !raw.is_empty() && !stack.is_empty() {
@@ -635,7 +638,7 @@ impl<'a> UnitWalk<'a, '_> {
                 break;
             }
             let level = top.level;
-            let ranges = self.ranges(&pc);
+            self.ranges(&pc, &mut ranges);
             if level == 0 {
                 if let (Some(list), Some(entry)) = (
                     functions.as_deref_mut(),
@@ -706,10 +709,10 @@ impl<'a> UnitWalk<'a, '_> {
         inside
     }
 
-    /// The address ranges `pc` gives; empty ones and those at 0 (code the
-    /// linker dropped) left out.
-    fn ranges(&self, pc: &Pc<'a>) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
+    /// The address ranges `pc` gives, into `out`; empty ones and those at
+    /// 0 (code the linker dropped) left out.
+    fn ranges(&self, pc: &Pc<'a>, out: &mut Vec<(u64, u64)>) {
+        out.clear();
         let mut take = |begin: u64, end: u64| {
             if begin != 0 && begin < end {
                 out.push((begin, end));
@@ -737,7 +740,6 @@ impl<'a> UnitWalk<'a, '_> {
                 take(b, e);
             }
         }
-        out
     }
 }
 
