@@ -19,15 +19,13 @@
 //! This module must not unwind anything itself: the kernel did.
 
 use std::collections::{HashMap, VecDeque};
-use std::io;
 
 use flamerec_format::Frame;
 use flamerec_perf::parse::words;
-use flamerec_unwind::callchain::{self, Side};
+use flamerec_unwind::callchain;
 
 use crate::depth::DEFERRED_CAP;
 use crate::raw::RawSample;
-use crate::state::State;
 
 /// A user part is kept through the end of the round it came in and this
 /// many more (its samples are at most one round behind it).
@@ -46,6 +44,8 @@ pub(crate) struct DeferStats {
     pub unmatched_samples: u64,
     /// User parts whose samples never came (lost).
     pub orphan_records: u64,
+    /// Joined samples whose user part stopped at the deferred unwinder's cap.
+    pub cut: u64,
 }
 
 struct Waiting {
@@ -80,110 +80,91 @@ pub(crate) struct Deferred {
     pub stats: DeferStats,
 }
 
-impl<W: io::Write> State<W> {
+impl Deferred {
     /// A sample whose callchain ended in `PERF_CONTEXT_USER_DEFERRED` and
-    /// `cookie`; `raw` holds its kernel part.
-    pub(crate) fn defer_sample(&mut self, cookie: u64, mut raw: RawSample) {
-        let Some(d) = &mut self.deferred else {
-            self.finish_raw(raw);
-            return;
-        };
-        if let Some(e) = d.early.get_mut(&cookie) {
+    /// `cookie`; `raw` holds its kernel part. Returns the samples ready to
+    /// be written: this one joined with a user part that came first, or the
+    /// oldest cookie's given up when too many wait.
+    pub(crate) fn sample(&mut self, cookie: u64, mut raw: RawSample) -> Vec<RawSample> {
+        if let Some(e) = self.early.get_mut(&cookie) {
             e.claimed = true;
             raw.user.extend_from_slice(&e.user);
-            d.stats.stitched += 1;
-            self.cut_at_cap += u64::from(e.cut);
-            self.finish_raw(raw);
-            return;
+            self.stats.stitched += 1;
+            self.stats.cut += u64::from(e.cut);
+            return vec![raw];
         }
-        d.seq += 1;
-        let seq = d.seq;
+        self.seq += 1;
+        let seq = self.seq;
         let tid = raw.tid;
-        let w = d.waiting.entry(cookie).or_insert_with(|| Waiting {
+        let w = self.waiting.entry(cookie).or_insert_with(|| Waiting {
             tid,
             seq,
             samples: Vec::new(),
         });
         if w.samples.is_empty() {
-            d.order.push_back(cookie);
+            self.order.push_back(cookie);
         }
         w.samples.push(raw);
-        d.waiting_samples += 1;
-        if d.order.len() > 2 * MAX_WAITING {
-            let waiting = &d.waiting;
-            d.order.retain(|c| waiting.contains_key(c));
+        self.waiting_samples += 1;
+        if self.order.len() > 2 * MAX_WAITING {
+            let waiting = &self.waiting;
+            self.order.retain(|c| waiting.contains_key(c));
         }
-        if d.waiting_samples > MAX_WAITING {
-            while let Some(oldest) = d.order.pop_front() {
-                if d.waiting.contains_key(&oldest) {
-                    self.give_up(oldest);
+        let mut ready = Vec::new();
+        if self.waiting_samples > MAX_WAITING {
+            while let Some(oldest) = self.order.pop_front() {
+                if self.waiting.contains_key(&oldest) {
+                    self.give_up(oldest, &mut ready);
                     break;
                 }
             }
         }
+        ready
     }
 
-    /// A CALLCHAIN_DEFERRED record: the user part of `cookie`'s samples.
-    pub(crate) fn deferred_callchain(&mut self, cookie: u64, pid: u32, ips: &[u8]) {
-        if self.deferred.is_none() {
-            return;
-        }
-        // A deferred part holds user addresses only.
-        let (mut kernel, mut user) = (Vec::new(), Vec::new());
-        let looped =
-            self.conv
-                .split_callchain(pid, words(ips), Some(Side::User), &mut kernel, &mut user);
-        let cut = !looped
-            && words(ips)
-                .filter(|&a| a < callchain::PERF_CONTEXT_MAX)
-                .count()
-                >= DEFERRED_CAP;
-        let Some(d) = &mut self.deferred else { return };
-        let round = d.round;
+    /// A CALLCHAIN_DEFERRED record: `user`, the user part of `cookie`'s
+    /// samples (`cut`: the kernel's unwinder stopped at its cap). Returns
+    /// the samples that waited for it, joined.
+    pub(crate) fn user_part(&mut self, cookie: u64, user: Vec<Frame>, cut: bool) -> Vec<RawSample> {
+        let round = self.round;
         // Absent: its samples are in a ring not read yet, or were lost.
-        let waiting = d.waiting.remove(&cookie);
-        if let Some(w) = &waiting {
-            d.waiting_samples -= w.samples.len();
-            d.stats.stitched += w.samples.len() as u64;
-        }
+        let waiting = self.waiting.remove(&cookie);
         let claimed = waiting.is_some();
+        let mut ready = Vec::new();
         if let Some(w) = waiting {
-            self.cut_at_cap += u64::from(cut) * w.samples.len() as u64;
+            self.waiting_samples -= w.samples.len();
+            self.stats.stitched += w.samples.len() as u64;
+            self.stats.cut += u64::from(cut) * w.samples.len() as u64;
             for mut raw in w.samples {
                 raw.user.extend_from_slice(&user);
-                self.finish_raw(raw);
+                ready.push(raw);
             }
         }
         // Kept either way: samples of later rounds may still name this cookie.
-        if let Some(d) = &mut self.deferred {
-            d.early.insert(
-                cookie,
-                Early {
-                    user,
-                    cut,
-                    round,
-                    claimed,
-                },
-            );
-        }
+        self.early.insert(
+            cookie,
+            Early {
+                user,
+                cut,
+                round,
+                claimed,
+            },
+        );
+        ready
     }
 
     /// A thread exited: its samples still waiting get one more round.
-    pub(crate) fn deferred_exit(&mut self, tid: u32) {
-        if let Some(d) = &mut self.deferred {
-            let round = d.round;
-            d.exited.push((tid, round));
-        }
+    pub(crate) fn thread_exited(&mut self, tid: u32) {
+        self.exited.push((tid, self.round));
     }
 
-    /// End of a drain round: samples of threads that exited a round ago are
-    /// written without their user part; user parts kept long enough go.
-    pub(crate) fn end_deferred_round(&mut self) {
-        let Some(d) = &mut self.deferred else { return };
-        let round = d.round;
-        let (gone, kept): (Vec<_>, Vec<_>) = d.exited.iter().partition(|&&(_, r)| r < round);
-        d.exited = kept;
-        let mut cookies: Vec<(u64, u64)> = d
+    /// End of a drain round: returns the samples of threads that exited a
+    /// round ago, without their user part; user parts kept long enough go.
+    pub(crate) fn end_round(&mut self) -> Vec<RawSample> {
+        let round = self.round;
+        let (gone, kept): (Vec<_>, Vec<_>) = self.exited.iter().partition(|&&(_, r)| r < round);
+        self.exited = kept;
+        let mut cookies: Vec<(u64, u64)> = self
             .waiting
             .iter()
             .filter(|(_, w)| gone.iter().any(|&(tid, _)| tid == w.tid))
@@ -191,57 +172,57 @@ impl<W: io::Write> State<W> {
             .collect();
         cookies.sort_unstable();
         let mut orphans = 0;
-        d.early.retain(|_, e| {
+        self.early.retain(|_, e| {
             let keep = round - e.round < EARLY_ROUNDS;
             orphans += u64::from(!keep && !e.claimed);
             keep
         });
-        d.stats.orphan_records += orphans;
-        d.round += 1;
+        self.stats.orphan_records += orphans;
+        self.round += 1;
+        let mut ready = Vec::new();
         for (_, c) in cookies {
-            self.give_up(c);
+            self.give_up(c, &mut ready);
         }
+        ready
     }
 
-    /// Recording ended: every sample still waiting is written without its
-    /// user part; user parts never claimed are orphans.
-    pub(crate) fn finish_deferred(&mut self) {
-        let Some(d) = &mut self.deferred else { return };
-        d.stats.orphan_records += d.early.drain().filter(|(_, e)| !e.claimed).count() as u64;
-        let mut cookies: Vec<(u64, u64)> = d.waiting.iter().map(|(&c, w)| (w.seq, c)).collect();
+    /// Recording ended: returns every sample still waiting, without its user
+    /// part; user parts never claimed are orphans.
+    pub(crate) fn finish(&mut self) -> Vec<RawSample> {
+        self.stats.orphan_records += self.early.drain().filter(|(_, e)| !e.claimed).count() as u64;
+        let mut cookies: Vec<(u64, u64)> = self.waiting.iter().map(|(&c, w)| (w.seq, c)).collect();
         cookies.sort_unstable();
+        let mut ready = Vec::new();
         for (_, c) in cookies {
-            self.give_up(c);
+            self.give_up(c, &mut ready);
         }
+        ready
     }
 
-    fn give_up(&mut self, cookie: u64) {
-        let Some(d) = &mut self.deferred else { return };
-        let Some(w) = d.waiting.remove(&cookie) else {
+    fn give_up(&mut self, cookie: u64, ready: &mut Vec<RawSample>) {
+        let Some(w) = self.waiting.remove(&cookie) else {
             return;
         };
-        d.waiting_samples -= w.samples.len();
-        d.stats.unmatched_samples += w.samples.len() as u64;
-        for raw in w.samples {
-            self.finish_raw(raw);
-        }
+        self.waiting_samples -= w.samples.len();
+        self.stats.unmatched_samples += w.samples.len() as u64;
+        ready.extend(w.samples);
     }
+}
+
+/// Whether a deferred user part (its raw addresses, `looped`: the walk went
+/// round a loop) stopped at the kernel's deferred unwinder's cap.
+pub(crate) fn cut_at_cap(ips: &[u8], looped: bool) -> bool {
+    !looped
+        && words(ips)
+            .filter(|&a| a < callchain::PERF_CONTEXT_MAX)
+            .count()
+            >= DEFERRED_CAP
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RecordOptions;
-    use flamerec_format::{Metadata, Writer};
-    use flamerec_symbolize::kallsyms::Kallsyms;
-
-    fn state() -> State<Vec<u8>> {
-        let writer = Writer::new(Vec::new(), &Metadata::default()).unwrap();
-        let mut st = State::new(writer, &RecordOptions::default(), 0, (0, 0), false);
-        st.set_kallsyms(Kallsyms::default());
-        st.deferred = Some(Deferred::default());
-        st
-    }
+    use flamerec_format::Frame;
 
     fn raw(tid: u32) -> RawSample {
         RawSample {
@@ -254,124 +235,131 @@ mod tests {
         }
     }
 
-    fn ips(addrs: &[u64]) -> Vec<u8> {
-        addrs.iter().flat_map(|a| a.to_ne_bytes()).collect()
-    }
-
-    fn stats(st: &State<Vec<u8>>) -> DeferStats {
-        st.deferred.as_ref().unwrap().stats
+    fn user(addrs: &[u64]) -> Vec<Frame> {
+        addrs
+            .iter()
+            .map(|&address| Frame { module: 0, address })
+            .collect()
     }
 
     #[test]
     fn samples_wait_for_their_user_part_and_share_it() {
-        let mut st = state();
-        st.defer_sample(7, raw(2));
-        st.defer_sample(7, raw(2));
-        assert_eq!(
-            st.conv.writer().samples(),
-            0,
-            "no sample is written without its user part"
+        let mut d = Deferred::default();
+        assert!(
+            d.sample(7, raw(2)).is_empty(),
+            "no sample goes without its user part"
         );
-        st.deferred_callchain(7, 1, &ips(&[0x40_1000, 0x40_2000]));
-        assert_eq!(st.conv.writer().samples(), 2);
+        assert!(d.sample(7, raw(2)).is_empty());
+        let joined = d.user_part(7, user(&[0x40_1000, 0x40_2000]), false);
+        assert_eq!(joined.len(), 2);
+        assert!(joined
+            .iter()
+            .all(|r| r.user == user(&[0x40_1000, 0x40_2000])));
         // A sample read from a ring copied later still finds it.
-        st.end_deferred_round();
-        st.defer_sample(7, raw(2));
-        assert_eq!(st.conv.writer().samples(), 3);
-        st.finish_deferred();
+        assert!(d.end_round().is_empty());
+        assert_eq!(d.sample(7, raw(2)).len(), 1);
+        assert!(d.finish().is_empty());
         assert_eq!(
-            stats(&st),
+            d.stats,
             DeferStats {
                 stitched: 3,
                 unmatched_samples: 0,
-                orphan_records: 0
+                orphan_records: 0,
+                cut: 0,
             }
         );
     }
 
     #[test]
     fn a_user_part_before_its_sample_waits_a_round() {
-        let mut st = state();
-        st.deferred_callchain(9, 1, &ips(&[0x40_1000]));
-        st.end_deferred_round();
-        st.defer_sample(9, raw(2));
-        assert_eq!(st.conv.writer().samples(), 1);
+        let mut d = Deferred::default();
+        assert!(d.user_part(9, user(&[0x40_1000]), false).is_empty());
+        d.end_round();
+        assert_eq!(d.sample(9, raw(2)).len(), 1);
         // One that no sample claims is an orphan once it has waited the
         // rest of its round and EARLY_ROUNDS more.
-        st.deferred_callchain(10, 1, &ips(&[0x40_1000]));
+        d.user_part(10, user(&[0x40_1000]), false);
         for _ in 0..EARLY_ROUNDS {
-            st.end_deferred_round();
+            d.end_round();
         }
-        assert_eq!(stats(&st).orphan_records, 0);
-        st.end_deferred_round();
-        assert_eq!(stats(&st).orphan_records, 1);
-        st.defer_sample(10, raw(2));
-        assert_eq!(st.conv.writer().samples(), 1, "the late sample waits again");
-        st.finish_deferred();
+        assert_eq!(d.stats.orphan_records, 0);
+        d.end_round();
+        assert_eq!(d.stats.orphan_records, 1);
+        assert!(
+            d.sample(10, raw(2)).is_empty(),
+            "the late sample waits again"
+        );
+        let given_up = d.finish();
+        assert_eq!(given_up.len(), 1);
+        assert!(given_up[0].user.is_empty());
         assert_eq!(
-            stats(&st),
+            d.stats,
             DeferStats {
                 stitched: 1,
                 unmatched_samples: 1,
-                orphan_records: 1
+                orphan_records: 1,
+                cut: 0,
             }
         );
-        assert_eq!(st.conv.writer().samples(), 2);
     }
 
     #[test]
     fn an_exited_threads_samples_are_given_up_a_round_later() {
-        let mut st = state();
-        st.defer_sample(3, raw(5));
-        st.defer_sample(4, raw(6));
-        st.deferred_exit(5);
+        let mut d = Deferred::default();
+        d.sample(3, raw(5));
+        d.sample(4, raw(6));
+        d.thread_exited(5);
         // The exit was read in this round; the user part may be in a ring
         // copied before the sample's, so it gets the next round too.
-        st.end_deferred_round();
-        assert_eq!(st.conv.writer().samples(), 0);
-        st.end_deferred_round();
-        assert_eq!(st.conv.writer().samples(), 1);
-        assert_eq!(stats(&st).unmatched_samples, 1);
+        assert!(d.end_round().is_empty());
+        let given_up = d.end_round();
+        assert_eq!(given_up.len(), 1);
+        assert_eq!(given_up[0].tid, 5);
+        assert_eq!(d.stats.unmatched_samples, 1);
         // Thread 6 lives on: its sample still waits.
-        st.deferred_callchain(4, 1, &ips(&[0x40_1000]));
-        assert_eq!(st.conv.writer().samples(), 2);
-        assert_eq!(stats(&st).stitched, 1);
+        assert_eq!(d.user_part(4, user(&[0x40_1000]), false).len(), 1);
+        assert_eq!(d.stats.stitched, 1);
     }
 
     #[test]
     fn user_parts_at_the_unwinders_cap_count_as_cut_per_sample() {
-        let mut st = state();
+        let ips =
+            |addrs: &[u64]| -> Vec<u8> { addrs.iter().flat_map(|a| a.to_ne_bytes()).collect() };
         let full: Vec<u64> = (0..DEFERRED_CAP as u64)
             .map(|i| 0x40_0000 + 16 * i)
             .collect();
-        st.defer_sample(1, raw(2));
-        st.defer_sample(1, raw(2));
-        st.deferred_callchain(1, 1, &ips(&full));
-        st.defer_sample(1, raw(2));
-        assert_eq!(st.cut_at_cap, 3);
-        st.deferred_callchain(2, 1, &ips(&full[1..]));
-        st.defer_sample(2, raw(2));
-        assert_eq!(st.cut_at_cap, 3, "one address short of the cap is whole");
-        // A walk round a loop of non-code addresses reaches the cap without
-        // the stack being deep.
-        let looping: Vec<u64> = (0..DEFERRED_CAP as u64)
-            .map(|i| 0x40_0000 + 16 * (i % 4))
-            .collect();
-        st.deferred_callchain(3, 1, &ips(&looping));
-        st.defer_sample(3, raw(2));
-        assert_eq!(st.cut_at_cap, 3, "a loop is not a deep stack");
+        assert!(cut_at_cap(&ips(&full), false));
+        assert!(
+            !cut_at_cap(&ips(&full[1..]), false),
+            "one address short of the cap is whole"
+        );
+        assert!(!cut_at_cap(&ips(&full), true), "a loop is not a deep stack");
+        let mut d = Deferred::default();
+        d.sample(1, raw(2));
+        d.sample(1, raw(2));
+        d.user_part(1, user(&full), true);
+        d.sample(1, raw(2));
+        assert_eq!(d.stats.cut, 3);
+        d.user_part(2, user(&full[1..]), false);
+        d.sample(2, raw(2));
+        assert_eq!(d.stats.cut, 3);
     }
 
     #[test]
     fn waiting_samples_are_bounded() {
-        let mut st = state();
+        let mut d = Deferred::default();
+        let mut given_up = 0;
         for cookie in 0..=MAX_WAITING as u64 {
-            st.defer_sample(cookie, raw(2));
+            given_up += d.sample(cookie, raw(2)).len();
         }
-        assert_eq!(stats(&st).unmatched_samples, 1);
-        assert_eq!(st.conv.writer().samples(), 1);
+        assert_eq!(given_up, 1);
+        assert_eq!(d.stats.unmatched_samples, 1);
         // The oldest went: the newest still joins its user part.
-        st.deferred_callchain(MAX_WAITING as u64, 1, &ips(&[0x40_1000]));
-        assert_eq!(stats(&st).stitched, 1);
+        assert_eq!(
+            d.user_part(MAX_WAITING as u64, user(&[0x40_1000]), false)
+                .len(),
+            1
+        );
+        assert_eq!(d.stats.stitched, 1);
     }
 }

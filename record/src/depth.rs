@@ -25,6 +25,57 @@ pub(crate) const WANTED: u16 = 1024;
 /// of `unsigned long` less the unwind cache's header).
 pub(crate) const DEFERRED_CAP: usize = 510;
 
+/// What the user should know about stacks cut at the kernel's caps
+/// (`cut`, of `samples`; `fp_cap`: the frame-pointer cap in force) and
+/// deferred user parts that never met their samples (`deferred`, in
+/// `-g fp,defer`; `lost`: samples lost, one reason a part never came).
+pub(crate) fn warnings(
+    cut: u64,
+    fp_cap: Option<usize>,
+    deferred: Option<&crate::defer::DeferStats>,
+    lost: u64,
+    samples: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if cut > 0 {
+        let cap = fp_cap.unwrap_or(0);
+        out.push(format!(
+            "{cut} of {samples} stacks reached the kernel's callchain cap ({cap} frames{}) and are cut there{}",
+            if deferred.is_some() {
+                format!(", {DEFERRED_CAP} for a deferred user part")
+            } else {
+                String::new()
+            },
+            if crate::sys::is_root() || cap >= usize::from(WANTED) {
+                String::new()
+            } else {
+                format!(
+                    "; as root flamerec raises kernel.perf_event_max_stack to {WANTED} for the recording"
+                )
+            }
+        ));
+    }
+    let Some(d) = deferred else { return out };
+    if d.unmatched_samples > 0 {
+        let why = if lost > 0 {
+            "their user stack was in a record the kernel dropped with the lost samples, or their thread exited, or recording stopped, before it returned to user space"
+        } else {
+            "their thread exited, or recording stopped, before it returned to user space, where the kernel walks the user stack (-g fp,defer)"
+        };
+        out.push(format!(
+            "{} samples kept only their kernel frames: {why}",
+            d.unmatched_samples
+        ));
+    }
+    if d.orphan_records > 0 {
+        out.push(format!(
+            "{} deferred user stacks came for samples that were lost",
+            d.orphan_records
+        ));
+    }
+    out
+}
+
 /// Where root recorders note the sysctl's value from before any of them
 /// raised it: overlapping recordings raise it once and the last to end puts
 /// it back (the kernel refuses the change while another has callchain

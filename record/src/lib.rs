@@ -16,13 +16,16 @@ mod deep;
 mod defer;
 mod depth;
 mod embed;
+mod kernel;
 mod launch;
 mod loss;
+mod offcpu;
+mod open;
 mod raw;
 mod readers;
 mod rings;
-mod sample;
 mod session;
+mod signals;
 mod spool;
 mod state;
 #[allow(unsafe_code)]
@@ -83,6 +86,16 @@ impl EventKind {
             EventKind::TaskClock => "task-clock",
             EventKind::Cycles => "cycles",
             EventKind::OffCpu => "off-cpu",
+        }
+    }
+
+    /// The perf counter that drives it.
+    pub(crate) fn counter(self) -> sys::Counter {
+        match self {
+            EventKind::CpuClock => sys::Counter::CpuClock,
+            EventKind::TaskClock => sys::Counter::TaskClock,
+            EventKind::Cycles => sys::Counter::Cycles,
+            EventKind::OffCpu => sys::Counter::ContextSwitches,
         }
     }
 }
@@ -319,6 +332,16 @@ pub enum RecordError {
         /// The error.
         source: std::io::Error,
     },
+}
+
+impl RecordError {
+    /// A system call that failed while doing `what`.
+    pub(crate) fn sys(what: &str, source: std::io::Error) -> Self {
+        RecordError::Sys {
+            what: what.into(),
+            source,
+        }
+    }
 }
 
 /// CPUs that are online, from /sys.

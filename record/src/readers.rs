@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::state::Event;
+use crate::rings::Event;
 use crate::sys::{self, RingBuffer};
 
 /// How long an idle reader sleeps at most (the loop asks for passes

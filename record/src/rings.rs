@@ -1,4 +1,5 @@
-//! How big the ring buffers are and when the loop wakes for them.
+//! The ring buffers: how big they are, when the loop wakes for them, the
+//! events that own them, and reading one round of records out of them.
 //!
 //! Without root, mapped rings are locked memory the kernel charges to the
 //! user: up to `kernel.perf_event_mlock_kb` times the number of online CPUs,
@@ -7,6 +8,18 @@
 //! when it makes them smaller than a mode wants, the recorder says so.
 
 use crate::sys;
+use flamerec_perf::parse::{split, straddle, Layout, PerfRecord};
+
+/// One perf event of one CPU: its fd and, for the first event of its CPU,
+/// the ring buffer the others write into too.
+pub(crate) struct Event {
+    pub(crate) fd: std::os::fd::OwnedFd,
+    pub(crate) ring: Option<sys::RingBuffer>,
+    /// The CPU whose ring it writes to.
+    pub(crate) cpu: u32,
+    /// Opened with `count_lost` (Linux 6.0+).
+    pub(crate) counts_lost: bool,
+}
 
 /// Data pages per CPU ring for `dwarf` or fp mode, and the smallest that
 /// holds a few whole samples.
@@ -125,6 +138,76 @@ pub(crate) fn read_trimmed(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Reads every ring the loop still owns in place, and the records ring
+/// readers queued (`taken`, whole), and hands the records of all CPUs to
+/// `handle` in time order, so an exec or mmap on one CPU precedes samples
+/// on another; then frees what was read. Records that cannot be decoded
+/// are counted in `malformed`. Returns whether a ring the loop reads was
+/// over half full: the loop is late.
+pub(crate) fn read_round(
+    events: &mut [Event],
+    scratch: &mut [Vec<u8>],
+    taken: &[Vec<u8>],
+    layout: &Layout,
+    malformed: &mut u64,
+    mut handle: impl FnMut(PerfRecord<'_>),
+) -> bool {
+    // Records are read in place in the rings (a dwarf sample carries a
+    // whole stack copy; copying them out was a fifth of the recorder's
+    // CPU); only the one record a ring's wrap cuts in two is copied.
+    let mut published = Vec::with_capacity(events.len());
+    let mut late = false;
+    {
+        let mut views: Vec<(&[u8], &[u8])> = Vec::with_capacity(events.len());
+        for (e, sc) in events.iter().zip(scratch.iter_mut()) {
+            let (a, b) = e.ring.as_ref().map_or((&[][..], &[][..]), |r| r.peek());
+            if let Some(r) = &e.ring {
+                late |= (a.len() + b.len()) * 2 > r.data_size();
+            }
+            let (end, start) = straddle(a, b, sc);
+            published.push(a.len() + b.len());
+            views.push((&a[..end], &b[start..]));
+        }
+        let mut recs = Vec::new();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(3 * views.len() + taken.len());
+        for ((a, b), sc) in views.into_iter().zip(scratch.iter()) {
+            parts.extend([a, &sc[..], b]);
+        }
+        parts.extend(taken.iter().map(Vec::as_slice));
+        for part in parts {
+            for (ty, misc, body) in split(part, malformed) {
+                match layout.decode(ty, misc, body) {
+                    Some(r) => recs.push(r),
+                    None => *malformed += 1,
+                }
+            }
+        }
+        recs.sort_by_key(record_time);
+        for r in recs {
+            handle(r);
+        }
+    }
+    for (e, n) in events.iter_mut().zip(published) {
+        if let Some(ring) = &mut e.ring {
+            ring.consume(n);
+        }
+    }
+    late
+}
+
+fn record_time(r: &PerfRecord<'_>) -> u64 {
+    match r {
+        PerfRecord::Sample(s) => s.time,
+        PerfRecord::Mmap { time, .. }
+        | PerfRecord::Comm { time, .. }
+        | PerfRecord::Task { time, .. }
+        | PerfRecord::Lost { time, .. }
+        | PerfRecord::Switch { time, .. }
+        | PerfRecord::CallchainDeferred { time, .. } => *time,
+        PerfRecord::Throttle | PerfRecord::Other => 0,
+    }
 }
 
 #[cfg(test)]

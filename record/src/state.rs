@@ -1,143 +1,197 @@
-//! Turning perf records into `.frec` records: mappings and names tracked
-//! per process, callchains trimmed and resolved to (module, offset) frames,
-//! user stacks unwound in dwarf mode, off-CPU intervals measured.
+//! The recorder's state between drain rounds, and the one place that
+//! changes it: perf records in (in time order, from every ring), `.frec`
+//! records out.
+//!
+//! A sample goes through its user part first (its callchain's user frames,
+//! or its stack copy unwound — past the copy where the thread's live stack
+//! shows the callers, see `deep`; with `-g fp,defer`, joined with the user
+//! part the kernel writes later, see `defer`), then its kernel part
+//! (`kernel`: profiler frames trimmed, symbols written), then its stack is
+//! interned and it is written (off-CPU: weighed when its thread runs again,
+//! see `offcpu`). The helpers hold what waits and return what is ready;
+//! only this file writes.
+//!
+//! The user part is done as records arrive, in order with the mappings it
+//! resolves against. The kernel part needs the kernel's symbol table, which
+//! takes a while to read at start: until it is in, samples wait here with
+//! their kernel addresses raw, so the recorder drains its rings from the
+//! start and loses nothing meanwhile.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io;
 
 use flamerec_convert::{Converter, Mmap};
-use flamerec_format::{Frame, Sample, Writer};
-use flamerec_unwind::StackUnwinder;
-
-use crate::deep::LiveStacks;
-use crate::defer::Deferred;
-use crate::loss::Losses;
-use crate::raw::RawSample;
-use crate::sys;
-use crate::{CallGraph, EventKind, RecordOptions};
-use flamerec_perf::parse::{split, straddle, Layout, PerfRecord};
-use flamerec_symbolize::kallsyms::{AddressRanges, Kallsyms};
+use flamerec_format::{Frame, Sample, Totals, Writer};
+use flamerec_perf::parse::{words, Layout, PerfRecord, SampleRecord};
+use flamerec_symbolize::kallsyms::Kallsyms;
 use flamerec_symbolize::live::vdso_image;
+use flamerec_unwind::callchain::{self, Side};
+use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
 
-/// One perf event of one CPU (or its ring owner).
-pub(crate) struct Event {
-    pub(crate) fd: std::os::fd::OwnedFd,
-    pub(crate) ring: Option<sys::RingBuffer>,
-    /// The CPU whose ring it writes to.
-    pub(crate) cpu: u32,
-    /// Opened with `count_lost` (Linux 6.0+).
-    pub(crate) counts_lost: bool,
+use crate::deep::{LiveStacks, Pending, Settled, Unwound, UserStack};
+use crate::defer::{self, Deferred};
+use crate::kernel::{KernelFrames, TrimRules};
+use crate::loss::Losses;
+use crate::offcpu::Blocked;
+use crate::raw::RawSample;
+use crate::rings::{self, Event};
+use crate::sys;
+
+/// Everything a state is made from: the writer and what the options and
+/// the set-up decided.
+pub(crate) struct StateConfig<W: io::Write> {
+    pub writer: Writer<W>,
+    /// Dwarf mode: user stacks are copied and unwound here.
+    pub dwarf: bool,
+    /// `-e off-cpu`.
+    pub off_cpu: bool,
+    /// What kernel frames to trim.
+    pub trim: TrimRules,
+    /// CLOCK_MONOTONIC ns when recording started.
+    pub start_mono: u64,
+    /// What the sample records hold.
+    pub layout: Layout,
+    /// Frame-pointer modes: the kernel's callchain cap in addresses (the
+    /// `sample_max_stack` in force).
+    pub fp_cap: Option<usize>,
+    /// Deferred user callchains are in use.
+    pub defer: bool,
+    /// System-wide mode: flamerec's own pid, whose samples are dropped.
+    pub exclude_pid: Option<u32>,
+    /// Warnings from the set-up, to come first.
+    pub warnings: Vec<String>,
+}
+
+/// Counts for the trailer and the summary.
+#[derive(Default)]
+struct Counts {
+    pids: HashSet<u32>,
+    tids: HashSet<u32>,
+    /// User stacks cut short by the unwinder (dwarf mode).
+    truncated: u64,
+    /// User stacks deeper than their copy but completed.
+    completed: u64,
+    /// Callchains that reached `fp_cap`.
+    cut_at_cap: u64,
+    /// Throttle records seen (the kernel slowed sampling down).
+    throttles: u64,
+    /// Records that could not be decoded.
+    malformed: u64,
+}
+
+/// What a finished state hands back.
+pub(crate) struct Finished<W: io::Write> {
+    pub writer: Writer<W>,
+    pub totals: Totals,
+    pub warnings: Vec<String>,
+    /// The warning about lost samples, if any (said last).
+    pub loss_warning: Option<String>,
 }
 
 /// Everything the loop keeps between rounds.
 pub(crate) struct State<W: io::Write> {
     /// Mappings, modules, frames, stacks and the DWARF unwinder (dwarf
     /// mode): what the perf.data importer shares.
-    pub(crate) conv: Converter<W>,
-    /// The kernel's symbol table, once read (samples wait for it: `sample`).
-    pub(crate) kallsyms: Option<Kallsyms>,
-    /// Kernel code is sampled.
-    pub(crate) kernel: bool,
-    pub(crate) keep_profiler_frames: bool,
-    pub(crate) extra_trim: Vec<String>,
-    /// Samples waiting for the symbol table.
-    pub(crate) held: Vec<RawSample>,
-    pub(crate) kernel_addrs: HashSet<u64>,
-    pub(crate) symbols_written: HashSet<usize>,
-    pub(crate) trim: AddressRanges,
-    pub(crate) trim_sched: AddressRanges,
-    pub(crate) off_cpu: bool,
+    conv: Converter<W>,
+    kernel: KernelFrames,
+    /// Samples waiting for the kernel's symbol table.
+    held: Vec<RawSample>,
+    off_cpu: Option<Blocked>,
     layout: Layout,
     start_mono: u64,
-    pub(crate) losses: Losses,
-    malformed: u64,
-    pub(crate) pids: HashSet<u32>,
-    pub(crate) tids: HashSet<u32>,
-    pub(crate) warnings: Vec<String>,
-    pub(crate) frames: Vec<Frame>,
+    losses: Losses,
+    counts: Counts,
+    warnings: Vec<String>,
+    /// Reused buffers of a sample's frames and user addresses.
+    frames: Vec<Frame>,
+    user_addrs: Vec<u64>,
     /// Dwarf mode: the live stacks that complete samples deeper than their copy.
-    pub(crate) live: LiveStacks,
-    /// User stacks cut short, and deeper than their copy but completed.
-    pub(crate) truncated_stacks: u64,
-    pub(crate) completed_stacks: u64,
-    pub(crate) user_addrs: Vec<u64>,
-    /// System-wide mode: flamerec's own pid, whose samples are dropped.
-    pub(crate) exclude_pid: Option<u32>,
-    /// Off-CPU: per thread, the stack and time it was switched out.
-    pub(crate) blocked: HashMap<u32, (u32, u32, u64)>,
-    /// Off-CPU: threads whose last switch-out was a preemption.
-    preempted: HashSet<u32>,
-    /// Throttle records seen (the kernel slowed sampling down).
-    pub(crate) throttles: u64,
-    /// Frame-pointer modes: the kernel's callchain cap in addresses (the
-    /// `sample_max_stack` in force); `None` in dwarf mode.
-    pub(crate) fp_cap: Option<usize>,
-    /// Callchains that reached `fp_cap` (or the deferred unwinder's cap).
-    pub(crate) cut_at_cap: u64,
+    live: LiveStacks,
+    exclude_pid: Option<u32>,
+    fp_cap: Option<usize>,
     /// `-g fp,defer`: samples waiting for their user part, and the reverse.
-    pub(crate) deferred: Option<Deferred>,
+    deferred: Option<Deferred>,
 }
 
 impl<W: io::Write> State<W> {
-    pub(crate) fn new(
-        writer: Writer<W>,
-        opts: &RecordOptions,
-        start_mono: u64,
-        (sample_type, regs_user): (u64, u64),
-        kernel: bool,
-    ) -> Self {
-        let unwinder = (opts.call_graph == CallGraph::Dwarf).then(new_unwinder);
+    pub(crate) fn new(c: StateConfig<W>) -> Self {
+        let unwinder = c.dwarf.then(new_unwinder);
         State {
-            conv: Converter::new(writer, unwinder),
-            kallsyms: None,
-            kernel,
-            keep_profiler_frames: opts.keep_profiler_frames,
-            extra_trim: opts.trim.clone(),
+            conv: Converter::new(c.writer, unwinder),
+            kernel: KernelFrames::new(c.trim),
             held: Vec::new(),
-            kernel_addrs: HashSet::new(),
-            symbols_written: HashSet::new(),
-            trim: AddressRanges::default(),
-            trim_sched: AddressRanges::default(),
-            off_cpu: opts.event == EventKind::OffCpu,
-            layout: Layout {
-                sample_type,
-                regs_user,
-            },
-            start_mono,
+            off_cpu: c.off_cpu.then(Blocked::default),
+            layout: c.layout,
+            start_mono: c.start_mono,
             losses: Losses::new(),
-            malformed: 0,
-            pids: HashSet::new(),
-            tids: HashSet::new(),
-            warnings: Vec::new(),
+            counts: Counts::default(),
+            warnings: c.warnings,
             frames: Vec::new(),
-            live: LiveStacks::default(),
-            truncated_stacks: 0,
-            completed_stacks: 0,
             user_addrs: Vec::new(),
-            exclude_pid: None,
-            blocked: HashMap::new(),
-            preempted: HashSet::new(),
-            throttles: 0,
-            fp_cap: None,
-            cut_at_cap: 0,
-            deferred: None,
+            live: LiveStacks::default(),
+            exclude_pid: c.exclude_pid,
+            fp_cap: c.fp_cap,
+            deferred: c.defer.then(Deferred::default),
         }
     }
 
-    pub(crate) fn seen(&mut self, pid: u32, tid: u32) {
-        self.pids.insert(pid);
-        self.tids.insert(tid);
+    /// The file being written.
+    pub(crate) fn writer(&self) -> &Writer<W> {
+        self.conv.writer()
     }
 
-    pub(crate) fn rel(&self, t: u64) -> u64 {
+    pub(crate) fn writer_mut(&mut self) -> &mut Writer<W> {
+        self.conv.writer_mut()
+    }
+
+    /// Where the loop's time goes and what was lost.
+    pub(crate) fn losses(&mut self) -> &mut Losses {
+        &mut self.losses
+    }
+
+    /// A warning for the end of the recording.
+    pub(crate) fn warn(&mut self, warning: String) {
+        self.warnings.push(warning);
+    }
+
+    fn seen(&mut self, pid: u32, tid: u32) {
+        self.counts.pids.insert(pid);
+        self.counts.tids.insert(tid);
+    }
+
+    fn rel(&self, t: u64) -> u64 {
         t.saturating_sub(self.start_mono)
     }
 
-    /// Reads every ring the loop still owns in place, and the records ring
-    /// readers queued (`taken`, whole), then handles the records of all
-    /// CPUs in time order, so an exec or mmap on one CPU precedes samples on
-    /// another. Returns whether a ring the loop reads was over half full:
-    /// the loop is late.
+    /// The command flamerec started, named as the kernel will name it.
+    pub(crate) fn command_started(&mut self, pid: u32, comm: &str) {
+        self.seen(pid, pid);
+        self.conv.writer_mut().comm(0, pid, pid, comm, true);
+    }
+
+    /// A thread name learned from /proc (attached or system-wide targets).
+    pub(crate) fn synth_comm(&mut self, pid: u32, tid: u32, name: &str) {
+        self.seen(pid, tid);
+        self.conv.writer_mut().comm(0, pid, tid, name, false);
+    }
+
+    /// An executable mapping learned from /proc/PID/maps.
+    pub(crate) fn synth_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
+        self.conv.mmap(&Mmap {
+            pid,
+            start,
+            len: end.saturating_sub(start),
+            pgoff,
+            path,
+            build_id: &[],
+            exec: true,
+            time_ns: 0,
+        });
+    }
+
+    /// One drain round: the records of every ring, in time order (see
+    /// [`rings::read_round`]), then what the round's end settles. Returns
+    /// whether a ring the loop reads was over half full: the loop is late.
     pub(crate) fn drain(
         &mut self,
         events: &mut [Event],
@@ -145,51 +199,20 @@ impl<W: io::Write> State<W> {
         taken: Vec<Vec<u8>>,
     ) -> bool {
         self.losses.begin_round();
-        // Records are read in place in the rings (a dwarf sample carries a
-        // whole stack copy; copying them out was a fifth of the recorder's
-        // CPU); only the one record a ring's wrap cuts in two is copied.
-        let mut published = Vec::with_capacity(events.len());
-        let mut late = false;
-        {
-            let mut views: Vec<(&[u8], &[u8])> = Vec::with_capacity(events.len());
-            for (e, sc) in events.iter().zip(scratch.iter_mut()) {
-                let (a, b) = e.ring.as_ref().map_or((&[][..], &[][..]), |r| r.peek());
-                if let Some(r) = &e.ring {
-                    late |= (a.len() + b.len()) * 2 > r.data_size();
-                }
-                let (end, start) = straddle(a, b, sc);
-                published.push(a.len() + b.len());
-                views.push((&a[..end], &b[start..]));
-            }
-            let mut recs = Vec::new();
-            let mut parts: Vec<&[u8]> = Vec::with_capacity(3 * views.len() + taken.len());
-            for ((a, b), sc) in views.into_iter().zip(scratch.iter()) {
-                parts.extend([a, &sc[..], b]);
-            }
-            parts.extend(taken.iter().map(Vec::as_slice));
-            for part in parts {
-                for (ty, misc, body) in split(part, &mut self.malformed) {
-                    match self.layout.decode(ty, misc, body) {
-                        Some(r) => recs.push(r),
-                        None => self.malformed += 1,
-                    }
-                }
-            }
-            recs.sort_by_key(record_time);
-            for r in recs {
-                self.handle(r);
-            }
-        }
-        for (e, n) in events.iter_mut().zip(published) {
-            if let Some(ring) = &mut e.ring {
-                ring.consume(n);
-            }
-        }
+        let layout = self.layout;
+        let mut malformed = 0;
+        let late = rings::read_round(events, scratch, &taken, &layout, &mut malformed, |r| {
+            self.handle(r)
+        });
+        self.counts.malformed += malformed;
         if let Some(u) = self.conv.unwinder_mut() {
             let done = self.live.end_round(u);
             self.write_settled(done);
         }
-        self.end_deferred_round();
+        if let Some(d) = &mut self.deferred {
+            let ready = d.end_round();
+            self.finish_raws(ready);
+        }
         late
     }
 
@@ -251,8 +274,12 @@ impl<W: io::Write> State<W> {
             } => {
                 let t = self.rel(time);
                 if exit {
-                    self.blocked.remove(&tid);
-                    self.deferred_exit(tid);
+                    if let Some(b) = &mut self.off_cpu {
+                        b.exited(tid);
+                    }
+                    if let Some(d) = &mut self.deferred {
+                        d.thread_exited(tid);
+                    }
                     if let Some(u) = self.conv.unwinder_mut() {
                         let done = if pid == tid {
                             self.live.forget_process(u, pid)
@@ -282,10 +309,8 @@ impl<W: io::Write> State<W> {
                 tid,
                 ..
             } => {
-                if preempted {
-                    self.preempted.insert(tid);
-                } else {
-                    self.preempted.remove(&tid);
+                if let Some(b) = &mut self.off_cpu {
+                    b.switch_out_record(tid, preempted);
                 }
             }
             PerfRecord::Switch {
@@ -295,48 +320,194 @@ impl<W: io::Write> State<W> {
                 time,
                 ..
             } => {
-                // Back on a CPU: the interval since it blocked is off-CPU
-                // time. A preempted thread was runnable, not blocked: skip it.
-                if let Some((spid, stack, out_ns)) = self.blocked.remove(&tid) {
-                    if !self.preempted.remove(&tid) {
-                        let in_ns = self.rel(time);
-                        self.write_off_cpu(spid.max(pid), tid, stack, out_ns, in_ns);
-                    }
+                // Back on a CPU: the interval since it blocked is off-CPU time.
+                let in_ns = self.rel(time);
+                if let Some(s) = self
+                    .off_cpu
+                    .as_mut()
+                    .and_then(|b| b.switched_in(pid, tid, in_ns))
+                {
+                    self.conv.writer_mut().sample(s);
                 }
             }
             PerfRecord::CallchainDeferred {
                 cookie, pid, ips, ..
-            } => {
-                self.deferred_callchain(cookie, pid, ips);
-            }
-            PerfRecord::Throttle => self.throttles += 1,
+            } => self.deferred_callchain(cookie, pid, ips),
+            PerfRecord::Throttle => self.counts.throttles += 1,
             PerfRecord::Other => {}
         }
     }
 
-    fn write_off_cpu(&mut self, pid: u32, tid: u32, stack: u32, out_ns: u64, in_ns: u64) {
-        if in_ns > out_ns {
-            self.conv.writer_mut().sample(Sample {
-                time_ns: out_ns,
-                pid,
-                tid,
-                stack,
-                weight: in_ns - out_ns,
-            });
+    /// The kernel's symbol table is in: trimming can start, and the samples
+    /// that waited for it are written.
+    pub(crate) fn set_kallsyms(&mut self, kallsyms: Kallsyms) {
+        if let Some(w) = self.kernel.set_kallsyms(kallsyms) {
+            self.warnings.push(w);
+        }
+        let held = std::mem::take(&mut self.held);
+        self.finish_raws(held);
+    }
+
+    fn sample(&mut self, s: &SampleRecord<'_>) {
+        if self.exclude_pid == Some(s.pid) {
+            return;
+        }
+        self.seen(s.pid, s.tid);
+        let mut raw = RawSample {
+            pid: s.pid,
+            tid: s.tid,
+            time: s.time,
+            ip: s.ip,
+            kernel: Vec::new(),
+            user: Vec::new(),
+        };
+        let looped =
+            self.conv
+                .split_callchain(s.pid, s.callchain(), None, &mut raw.kernel, &mut raw.user);
+        // A walk that looped reaches the cap without the stack being deep.
+        if !looped {
+            self.count_cut(s);
+        }
+        if let (Some(d), Some(cookie)) = (&mut self.deferred, s.deferred_cookie()) {
+            let ready = d.sample(cookie, raw);
+            self.finish_raws(ready);
+            return;
+        }
+        let (Some(u), Some([bp, sp, ip])) = (self.conv.unwinder_mut(), s.user_regs) else {
+            self.finish_raw(raw);
+            return;
+        };
+        let stack = UserStack {
+            pid: s.pid,
+            tid: s.tid,
+            time: s.time,
+            regs: UserRegs {
+                ip,
+                sp,
+                bp,
+                bx: s.user_bx,
+            },
+            copy: s.user_stack,
+        };
+        let mut addrs = std::mem::take(&mut self.user_addrs);
+        addrs.clear();
+        let unwound = self.live.unwind(u, &stack, &mut addrs);
+        // Earlier samples of this thread that this one shows whole (or cut).
+        let settled = self.live.settle(u, &stack, unwound.as_ref().ok());
+        if let Err(boundary) = &unwound {
+            if self.off_cpu.is_none() {
+                let boundary = *boundary;
+                self.user_addrs = addrs;
+                let pending = Pending {
+                    regs: stack.regs,
+                    copy: s.user_stack.to_vec(),
+                    raw,
+                    boundary,
+                    round: 0,
+                };
+                self.live.wait(pending, boundary);
+                self.write_settled(settled);
+                return;
+            }
+            // Off-CPU samples are weighed when the thread runs again: no waiting.
+            u.unwind(s.pid, stack.regs, s.user_stack, &mut addrs);
+        }
+        self.write_settled(settled);
+        match unwound {
+            Ok(unwound) => self.count(&unwound),
+            Err(_) => self.counts.truncated += 1,
+        }
+        self.conv.unwound_frames(raw.pid, &addrs, &mut raw.user);
+        self.user_addrs = addrs;
+        self.finish_raw(raw);
+    }
+
+    /// A CALLCHAIN_DEFERRED record: the user part of `cookie`'s samples.
+    fn deferred_callchain(&mut self, cookie: u64, pid: u32, ips: &[u8]) {
+        if self.deferred.is_none() {
+            return;
+        }
+        // A deferred part holds user addresses only.
+        let (mut kernel, mut user) = (Vec::new(), Vec::new());
+        let looped =
+            self.conv
+                .split_callchain(pid, words(ips), Some(Side::User), &mut kernel, &mut user);
+        let cut = defer::cut_at_cap(ips, looped);
+        if let Some(d) = &mut self.deferred {
+            let ready = d.user_part(cookie, user, cut);
+            self.finish_raws(ready);
         }
     }
 
-    /// Off-CPU: threads still blocked when recording stops count until `end_ns`.
-    pub(crate) fn finish_blocked(&mut self, end_ns: u64) {
-        let preempted = std::mem::take(&mut self.preempted);
-        let mut left: Vec<_> = self
-            .blocked
-            .drain()
-            .filter(|(tid, _)| !preempted.contains(tid))
-            .collect();
-        left.sort_unstable_by_key(|&(tid, (_, _, out))| (out, tid));
-        for (tid, (pid, stack, out_ns)) in left {
-            self.write_off_cpu(pid, tid, stack, out_ns, end_ns);
+    /// A frame-pointer callchain as long as the kernel's cap was cut there.
+    fn count_cut(&mut self, s: &SampleRecord<'_>) {
+        let Some(cap) = self.fp_cap else { return };
+        let addresses = s
+            .callchain()
+            .filter(|&e| e < callchain::PERF_CONTEXT_MAX)
+            .count();
+        // A deferred chain's cookie is not an address: the user part is
+        // judged when it comes.
+        let addresses = addresses - usize::from(s.deferred_cookie().is_some());
+        if addresses >= cap {
+            self.counts.cut_at_cap += 1;
+        }
+    }
+
+    fn write_settled(&mut self, done: Vec<Settled>) {
+        for d in done {
+            self.count(&d.unwound);
+            let mut raw = d.sample.raw;
+            self.conv.unwound_frames(raw.pid, &d.addrs, &mut raw.user);
+            self.finish_raw(raw);
+        }
+    }
+
+    fn count(&mut self, u: &Unwound) {
+        match u.outcome {
+            Outcome::Complete if u.beyond => self.counts.completed += 1,
+            Outcome::Complete => {}
+            Outcome::Truncated(_) => self.counts.truncated += 1,
+        }
+    }
+
+    fn finish_raws(&mut self, raws: Vec<RawSample>) {
+        for raw in raws {
+            self.finish_raw(raw);
+        }
+    }
+
+    /// The kernel part, once the symbol table is in (else the sample waits).
+    fn finish_raw(&mut self, raw: RawSample) {
+        if !self.kernel.is_ready() {
+            self.held.push(raw);
+            return;
+        }
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        self.kernel.frames(&mut self.conv, &raw.kernel, &mut frames);
+        frames.extend_from_slice(&raw.user);
+        if frames.is_empty() && raw.ip != 0 {
+            let f = if raw.ip >= 1 << 63 {
+                self.kernel.frame(&mut self.conv, raw.ip)
+            } else {
+                self.conv.user_frame(raw.pid, raw.ip)
+            };
+            frames.push(f);
+        }
+        let stack = self.conv.stack(&frames);
+        self.frames = frames;
+        let time_ns = self.rel(raw.time);
+        match &mut self.off_cpu {
+            // Weighed when the thread runs again (see the Switch record).
+            Some(b) => b.switched_out(raw.pid, raw.tid, stack, time_ns),
+            None => self.conv.writer_mut().sample(Sample {
+                time_ns,
+                pid: raw.pid,
+                tid: raw.tid,
+                stack,
+                weight: 1,
+            }),
         }
     }
 
@@ -363,37 +534,63 @@ impl<W: io::Write> State<W> {
         }
     }
 
-    /// A thread name learned from /proc (attached or system-wide targets).
-    pub(crate) fn synth_comm(&mut self, pid: u32, tid: u32, name: &str) {
-        self.seen(pid, tid);
-        self.conv.writer_mut().comm(0, pid, tid, name, false);
-    }
-
-    /// An executable mapping learned from /proc/PID/maps.
-    pub(crate) fn synth_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
-        self.conv.mmap(&Mmap {
-            pid,
-            start,
-            len: end.saturating_sub(start),
-            pgoff,
-            path,
-            build_id: &[],
-            exec: true,
-            time_ns: 0,
-        });
-    }
-}
-
-fn record_time(r: &PerfRecord<'_>) -> u64 {
-    match r {
-        PerfRecord::Sample(s) => s.time,
-        PerfRecord::Mmap { time, .. }
-        | PerfRecord::Comm { time, .. }
-        | PerfRecord::Task { time, .. }
-        | PerfRecord::Lost { time, .. }
-        | PerfRecord::Switch { time, .. }
-        | PerfRecord::CallchainDeferred { time, .. } => *time,
-        PerfRecord::Throttle | PerfRecord::Other => 0,
+    /// Recording stopped `duration_ns` after it started (the last drain
+    /// done, the symbol table in): what still waits is written — threads
+    /// still blocked count until the stop, samples still waiting to be
+    /// shown whole go cut, deferred samples without their user part — and
+    /// the trailer's totals and the warnings are made.
+    pub(crate) fn finish(mut self, duration_ns: u64) -> Finished<W> {
+        if let Some(b) = &mut self.off_cpu {
+            for s in b.finish(duration_ns) {
+                self.conv.writer_mut().sample(s);
+            }
+        }
+        if let Some(u) = self.conv.unwinder_mut() {
+            let done = self.live.finish_all(u);
+            self.write_settled(done);
+        }
+        if let Some(d) = &mut self.deferred {
+            let ready = d.finish();
+            self.finish_raws(ready);
+        }
+        let deferred = self.deferred.as_ref().map(|d| d.stats).unwrap_or_default();
+        let c = &self.counts;
+        // Cut short by the unwinder (dwarf), and at the kernel's callchain caps.
+        let cut_at_cap = c.cut_at_cap + deferred.cut;
+        let mut totals = Totals {
+            truncated_stacks: c.truncated + cut_at_cap,
+            completed_stacks: c.completed,
+            deferred_stitched: deferred.stitched,
+            deferred_unmatched_samples: deferred.unmatched_samples,
+            deferred_orphan_records: deferred.orphan_records,
+            duration_ns,
+            processes: c.pids.len() as u64,
+            threads: c.tids.len() as u64,
+            ..Default::default()
+        };
+        self.losses.fill(&mut totals);
+        let samples = self.conv.writer().samples();
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.extend(crate::deep::cut_warning(c.truncated, &self.live, samples));
+        warnings.extend(crate::depth::warnings(
+            cut_at_cap,
+            self.fp_cap,
+            self.deferred.is_some().then_some(&deferred),
+            self.losses.total(),
+            samples,
+        ));
+        if c.throttles > 0 {
+            warnings.push(format!(
+                "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
+                c.throttles
+            ));
+        }
+        Finished {
+            loss_warning: self.losses.warning(samples),
+            writer: self.conv.into_writer(),
+            totals,
+            warnings,
+        }
     }
 }
 
@@ -405,4 +602,80 @@ pub(crate) fn new_unwinder() -> StackUnwinder {
         u.add_image("[vdso]", &image);
     }
     u
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flamerec_format::Metadata;
+
+    fn deferring_state() -> State<Vec<u8>> {
+        let mut st = State::new(StateConfig {
+            writer: Writer::new(Vec::new(), &Metadata::default()).unwrap(),
+            dwarf: false,
+            off_cpu: false,
+            trim: TrimRules {
+                sampled: false,
+                keep_profiler_frames: false,
+                extra: Vec::new(),
+                off_cpu: false,
+            },
+            start_mono: 0,
+            layout: Layout {
+                sample_type: 0,
+                regs_user: 0,
+            },
+            fp_cap: None,
+            defer: true,
+            exclude_pid: None,
+            warnings: Vec::new(),
+        });
+        st.set_kallsyms(Kallsyms::default());
+        st
+    }
+
+    fn ips(addrs: &[u64]) -> Vec<u8> {
+        addrs.iter().flat_map(|a| a.to_ne_bytes()).collect()
+    }
+
+    fn deferred_sample(st: &mut State<Vec<u8>>, cookie: u64) {
+        let raw = RawSample {
+            pid: 1,
+            tid: 2,
+            time: 10,
+            ip: 0xffff_ffff_8100_0000,
+            kernel: vec![0xffff_ffff_8100_0000],
+            user: Vec::new(),
+        };
+        let ready = st.deferred.as_mut().unwrap().sample(cookie, raw);
+        st.finish_raws(ready);
+    }
+
+    #[test]
+    fn deferred_user_parts_are_joined_and_judged_against_the_cap_here() {
+        let mut st = deferring_state();
+        let deep: Vec<u64> = (0..crate::depth::DEFERRED_CAP as u64)
+            .map(|i| 0x40_0000 + 16 * i)
+            .collect();
+        deferred_sample(&mut st, 1);
+        st.deferred_callchain(1, 1, &ips(&deep));
+        assert_eq!(
+            st.writer().samples(),
+            1,
+            "the sample is written once joined"
+        );
+        // A walk round a loop of non-code addresses reaches the cap without
+        // the stack being deep.
+        let looping: Vec<u64> = (0..crate::depth::DEFERRED_CAP as u64)
+            .map(|i| 0x40_0000 + 16 * (i % 4))
+            .collect();
+        deferred_sample(&mut st, 2);
+        st.deferred_callchain(2, 1, &ips(&looping));
+        let f = st.finish(1);
+        assert_eq!(
+            f.totals.truncated_stacks, 1,
+            "the deep one is cut, the loop is not"
+        );
+        assert_eq!(f.totals.deferred_stitched, 2);
+    }
 }
