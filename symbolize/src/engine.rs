@@ -12,24 +12,16 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::cache::SymbolCache;
+use crate::context::Context;
 use crate::dwarf::Prefetch;
 use crate::elf::debugfile;
 use crate::files;
 use crate::jit::JitMaps;
 use crate::kernel::{self, KernelTable};
 use crate::names::{basename, sanitize, sanitize_owned, unresolved};
+use crate::outcome::{LocalNames, ModuleOutcome};
 use crate::types::Unusable;
 use crate::{Embedded, FuncId, Function, NameOptions, Symbols};
-
-/// What one module's symbolization produced, with module-local function ids.
-pub(crate) struct ModuleOutcome {
-    pub(crate) functions: Vec<Function>,
-    pub(crate) frames: Vec<(FrameId, Vec<u32>)>,
-    /// Why some frames could not be named from the binary, if so.
-    pub(crate) unusable: Option<Unusable>,
-    /// How many frames that left unnamed.
-    pub(crate) bad_frames: usize,
-}
 
 /// Symbolizes `used` (distinct frame ids) against `tables`, taking the names
 /// of frames in `embedded` from there instead of from the binaries.
@@ -146,21 +138,6 @@ fn per_module<T: Send>(
     done.sort_unstable_by_key(|(i, _)| *i);
     let outcomes = done.into_iter().map(|(_, o)| o).collect();
     (outcomes, ctx.cache_error.into_inner().ok().flatten())
-}
-
-/// What every module's symbolization shares.
-pub(crate) struct Context<'t> {
-    pub(crate) ktable: KernelTable<'t>,
-    pub(crate) jit: JitMaps,
-    pub(crate) cache: Option<SymbolCache>,
-    /// The first failure to write the cache (one warning is enough).
-    pub(crate) cache_error: Mutex<Option<String>>,
-    pub(crate) opts: &'t NameOptions,
-    /// Debug info inflated ahead.
-    pub(crate) prefetch: &'t Prefetch,
-    /// Names the recording embeds, used before any binary is read; by
-    /// frame id (a frame without names: `None`).
-    pub(crate) embedded: Option<Vec<Option<&'t [Arc<str>]>>>,
 }
 
 /// The embedded names as a table indexed by frame id: one pass over the
@@ -309,30 +286,6 @@ fn symbolize_module(
         ModuleKind::Anonymous if !ctx.jit.is_empty() => jit_frames(&ctx.jit, base, frames),
         // The vDSO image is not on disk.
         _ => unresolved_frames(base, frames, None),
-    }
-}
-
-/// Collects names so each distinct one gets one module-local id.
-#[derive(Default)]
-pub(crate) struct LocalNames {
-    pub(crate) functions: Vec<Function>,
-    ids: FxHashMap<String, u32>,
-}
-
-impl LocalNames {
-    /// The id of `name` (already spelled for folded text), copied only
-    /// the first time it is seen.
-    pub(crate) fn id(&mut self, name: &str, module: &str) -> u32 {
-        if let Some(&id) = self.ids.get(name) {
-            return id;
-        }
-        let id = self.functions.len() as u32;
-        self.functions.push(Function {
-            name: name.to_string(),
-            module: module.to_string(),
-        });
-        self.ids.insert(name.to_string(), id);
-        id
     }
 }
 

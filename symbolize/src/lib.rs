@@ -14,14 +14,21 @@
 //! from a separate debug file when it has none itself) and cached (`files`).
 //!
 //! The house, in the shape of blazesym's: this file is the face (the types
-//! callers see and the two entry points); `engine` runs the per-module work;
-//! `resident` names a recording's frames while it grows (the recorder's
-//! embedding), each binary kept open between batches on a thread of its own;
-//! one folder per source — `elf/` (files, symbol tables, PLT stubs,
+//! callers see and the entry points). `engine` runs the per-module work of
+//! one `symbolize` call, sharing a `context`; each kind of frame has its
+//! resolver — `files` (mapped ELF binaries), `kernel/` (kallsyms, recorded
+//! kernel symbols), `jit` (perf maps) — and each returns an `outcome` (a
+//! module's functions and frames). `lookup` is the one sequence that names a
+//! binary's addresses (cache, binary, cache again), used by `files` and by
+//! `resident`, which names a recording's frames while it grows (the
+//! recorder's embedding), each binary kept open between batches on a thread
+//! of its own. The sources: `elf/` (files, symbol tables, PLT stubs,
 //! sections, separate debug files), `dwarf/` (inlined frames, inflating
-//! ahead), `kernel/` (kallsyms, recorded kernel symbols), `cache/` (the
-//! on-disk cache); `symdata` combines `elf` and `dwarf` into one binary's
-//! lookups; `types` holds the value types they share and imports nothing.
+//! ahead), `cache/` (the on-disk cache); `symdata` combines `elf` and
+//! `dwarf` into one binary's lookups; `types` holds the value types they
+//! share and imports nothing. Public beside the face: `names` (spelling
+//! rules of folded text) and `live` (names and mappings of running
+//! processes); `sys` is the one unsafe module (it maps files).
 //!
 //! This crate never drops a frame: whatever cannot be named becomes
 //! `module+0xOFFSET`. It must not know about samples, roots or output
@@ -36,8 +43,11 @@ mod elf;
 mod jit;
 mod kernel;
 // How frames of each kind become names; value types shared by all.
+mod context;
 mod engine;
 mod files;
+mod lookup;
+mod outcome;
 mod resident;
 mod symdata;
 mod types;

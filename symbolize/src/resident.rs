@@ -19,10 +19,7 @@ use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::{AddressTable, SymbolCache};
-use crate::dwarf::DieIndex;
-use crate::files::{
-    cache_write_failed, cached_dies, cached_table, fresh_table, restarts, with_binary,
-};
+use crate::lookup::{cache_write_failed, with_binary, ModuleNames};
 use crate::types::RawName;
 use crate::{Embedding, NameOptions};
 
@@ -212,45 +209,38 @@ fn serve(
 ) -> Option<String> {
     let cache = opts.cache_dir.clone().map(SymbolCache::new);
     let dirs = &opts.debug_dirs;
-    let mut table = cached_table(cache.as_ref(), m, dirs, true);
+    let mut names = ModuleNames::cached(m, cache.as_ref(), dirs, true);
     let mut demangled = FxHashMap::default();
     let mut batches = asked.iter();
     let mut first_miss = None;
     for frames in batches.by_ref() {
-        if frames.iter().all(|(_, o)| table.entries.contains_key(o)) {
-            let _ = answer.send(Answer::Names(chains(&table, &frames, &mut demangled)));
+        if frames
+            .iter()
+            .all(|(_, o)| names.table.entries.contains_key(o))
+        {
+            let _ = answer.send(Answer::Names(chains(&names.table, &frames, &mut demangled)));
         } else {
             first_miss = Some(frames);
             break;
         }
     }
     let first_miss = first_miss?;
-    let mut saver = Saver::new(cache, m);
+    let mut saver = Saver::default();
     let opened = with_binary(
         m,
         dirs,
         true,
         |_| None,
         |binary| {
-            if restarts(&table, binary, true) {
-                table = fresh_table(binary, true);
-            }
+            names.opened(binary);
             binary.index_symbols();
-            saver.dies = cached_dies(saver.cache.as_ref(), m, binary);
             for frames in std::iter::once(first_miss).chain(batches.by_ref()) {
-                let mut missing: Vec<u64> = frames
-                    .iter()
-                    .map(|&(_, o)| o)
-                    .filter(|o| !table.entries.contains_key(o))
-                    .collect();
-                missing.sort_unstable();
-                missing.dedup();
+                let missing = names.lacks(frames.iter().map(|&(_, o)| o));
                 if !missing.is_empty() {
-                    let found = binary.lookup_all(&missing, &mut saver.dies);
-                    table.entries.extend(missing.into_iter().zip(found));
-                    saver.grew(&table);
+                    names.look_up(binary, missing);
+                    saver.grew(&names);
                 }
-                let _ = answer.send(Answer::Names(chains(&table, &frames, &mut demangled)));
+                let _ = answer.send(Answer::Names(chains(&names.table, &frames, &mut demangled)));
             }
         },
     );
@@ -261,18 +251,15 @@ fn serve(
         }
         return None;
     }
-    saver.finish(&table)
+    saver.finish(&names)
 }
 
 /// Writes a binary's names to the symbol cache as they grow: at once the
 /// first time, then at most every [`SAVE_EVERY`], and when its batches end
-/// (a recorder killed midway still leaves the cache its folds can use).
-struct Saver<'m> {
-    cache: Option<SymbolCache>,
-    module: &'m Module,
-    /// Where the binary's DWARF functions are, kept across batches (a
-    /// unit is walked whole once) and cached when the batches end.
-    dies: DieIndex,
+/// (a recorder killed midway still leaves the cache its folds can use),
+/// with the index of its DWARF functions.
+#[derive(Default)]
+struct Saver {
     saved: Option<Instant>,
     unsaved: bool,
     error: Option<String>,
@@ -281,43 +268,27 @@ struct Saver<'m> {
 /// Least time between two writes of one binary's cache file.
 const SAVE_EVERY: Duration = Duration::from_secs(2);
 
-impl<'m> Saver<'m> {
-    fn new(cache: Option<SymbolCache>, module: &'m Module) -> Self {
-        Saver {
-            cache,
-            module,
-            dies: DieIndex::default(),
-            saved: None,
-            unsaved: false,
-            error: None,
-        }
-    }
-
-    fn grew(&mut self, table: &AddressTable) {
+impl Saver {
+    fn grew(&mut self, names: &ModuleNames<'_>) {
         self.unsaved = true;
         if self.saved.is_none_or(|t| t.elapsed() >= SAVE_EVERY) {
-            self.save(table);
-        }
-    }
-
-    fn save(&mut self, table: &AddressTable) {
-        let Some(cache) = &self.cache else { return };
-        self.saved = Some(Instant::now());
-        self.unsaved = false;
-        if let Err(e) = cache.store(&self.module.build_id, table) {
-            self.error.get_or_insert_with(|| cache_write_failed(&e));
+            self.saved = Some(Instant::now());
+            self.unsaved = false;
+            if let Err(e) = names.store_names() {
+                self.error.get_or_insert_with(|| cache_write_failed(&e));
+            }
         }
     }
 
     /// Writes what is unsaved; the warning of a failed write, if any.
-    fn finish(mut self, table: &AddressTable) -> Option<String> {
-        if self.unsaved {
-            self.save(table);
-        }
-        if let (Some(cache), true) = (&self.cache, self.dies.changed) {
-            if let Err(e) = cache.store_dies(&self.module.build_id, &self.dies) {
-                self.error.get_or_insert_with(|| cache_write_failed(&e));
-            }
+    fn finish(mut self, names: &ModuleNames<'_>) -> Option<String> {
+        let stored = if self.unsaved {
+            names.store()
+        } else {
+            names.store_dies()
+        };
+        if let Err(e) = stored {
+            self.error.get_or_insert_with(|| cache_write_failed(&e));
         }
         self.error
     }

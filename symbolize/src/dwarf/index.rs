@@ -57,14 +57,12 @@ impl DieIndex {
         let ranges = self.functions.get(&unit)?;
         let mut entries = Vec::new();
         for &a in addrs {
-            // Ranges starting at or before `a`; a function's ranges rarely
-            // overlap another's, but aliases and duplicates do.
             let at = ranges.partition_point(|r| r.begin <= a);
             entries.extend(
                 ranges[..at]
                     .iter()
                     .rev()
-                    .take(16)
+                    .take(super::OVERLAPPING)
                     .filter(|r| a < r.end)
                     .map(|r| r.entry),
             );

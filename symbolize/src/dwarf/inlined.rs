@@ -253,6 +253,16 @@ fn unit_ranges(dwarf: &gimli::Dwarf<R<'_>>) -> Vec<Arange> {
     table
 }
 
+/// What one walk covers.
+enum Extent<'f> {
+    /// The rest of a unit's list of entries; every outermost function's
+    /// ranges and entry go to the index.
+    Unit(&'f mut Vec<FunctionRange>),
+    /// One function's entry and its children: the walk ends where its
+    /// siblings begin.
+    Function,
+}
+
 /// The addresses (indices into `addrs`) each CU holds, in address order. An
 /// address two CUs claim (a weak duplicate of a function in another codegen
 /// unit) goes to both; the deeper chain wins later.
@@ -262,12 +272,11 @@ fn group(table: &[Arange], addrs: &[u64]) -> Vec<(u64, Vec<usize>)> {
     let mut by_unit: std::collections::BTreeMap<u64, Vec<usize>> = Default::default();
     for i in order {
         let a = addrs[i];
-        // Ranges starting at or before `a`, the last few (ranges rarely overlap).
         let at = table.partition_point(|r| r.begin <= a);
         let mut units: Vec<u64> = table[..at]
             .iter()
             .rev()
-            .take(8)
+            .take(super::OVERLAPPING)
             .filter(|r| a >= r.begin && a < r.end)
             .map(|r| r.unit)
             .collect();
@@ -524,7 +533,7 @@ impl<'a> UnitWalk<'a, '_> {
             }
             _ => return,
         }
-        self.walk_from(raw, chains, Some(functions));
+        self.walk_from(raw, chains, Extent::Unit(functions));
     }
 
     /// Walks only the entries of the outermost functions at `entries`
@@ -539,20 +548,18 @@ impl<'a> UnitWalk<'a, '_> {
             let Some(Ok(raw)) = at.map(|at| self.unit.entries_raw(Some(at))) else {
                 continue;
             };
-            self.walk_from(raw, chains, None);
+            self.walk_from(raw, chains, Extent::Function);
         }
     }
 
-    /// The walk from where `raw` stands to the end of its list of entries
-    /// (or, for one function's entry, to the end of its children).
+    /// The walk from where `raw` stands over `extent`.
     fn walk_from(
         &self,
         mut raw: gimli::EntriesRaw<'_, '_, R<'a>>,
         chains: &mut [Vec<Option<RawName>>],
-        mut functions: Option<&mut Vec<FunctionRange>>,
+        mut extent: Extent<'_>,
     ) {
-        // One function's entry: the walk ends where its siblings begin.
-        let one = functions.is_none();
+        let one = matches!(extent, Extent::Function);
         let first_depth = raw.next_depth();
         let mut stack = vec![Scope {
             depth: first_depth,
@@ -640,10 +647,9 @@ impl<'a> UnitWalk<'a, '_> {
             let level = top.level;
             self.ranges(&pc, &mut ranges);
             if level == 0 {
-                if let (Some(list), Some(entry)) = (
-                    functions.as_deref_mut(),
-                    offset.to_debug_info_offset(&self.unit.header),
-                ) {
+                if let (Extent::Unit(list), Some(entry)) =
+                    (&mut extent, offset.to_debug_info_offset(&self.unit.header))
+                {
                     list.extend(ranges.iter().map(|&(begin, end)| FunctionRange {
                         begin,
                         end,

@@ -11,3 +11,8 @@ mod prefetch;
 pub(crate) use index::{Arange, DieIndex, FunctionRange};
 pub(crate) use inlined::DwarfFile;
 pub use prefetch::Prefetch;
+
+/// Of the address ranges (of units or functions) starting at or before an
+/// address, sorted by start, how many of the last ones may still hold it:
+/// ranges rarely overlap, but aliases and duplicates of a function do.
+const OVERLAPPING: usize = 16;
