@@ -343,22 +343,3 @@ impl RecordError {
         }
     }
 }
-
-/// CPUs that are online, from /sys.
-pub fn online_cpus() -> Vec<i32> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let mut ends = part.splitn(2, '-').map(|x| x.trim().parse::<i32>());
-        match (ends.next(), ends.next()) {
-            (Some(Ok(a)), Some(Ok(b))) if a <= b => cpus.extend(a..=b),
-            (Some(Ok(a)), None) => cpus.push(a),
-            _ => {}
-        }
-    }
-    if cpus.is_empty() {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-        cpus.extend(0..n as i32);
-    }
-    cpus
-}

@@ -163,7 +163,8 @@ fn open_events(
 ) -> Result<Vec<Event>, RecordError> {
     let mut cfg = cfg.clone();
     let mut events: Vec<Event> = Vec::new();
-    for cpu in crate::online_cpus() {
+    for cpu in flamerec_perf::procfs::online_cpus() {
+        let cpu = cpu as i32;
         let mut owner: Option<usize> = None;
         for &task in tasks {
             let opened = match sys::perf_event_open(&cfg, task, cpu) {

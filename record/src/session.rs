@@ -204,7 +204,7 @@ impl Session {
             ),
             None => None,
         };
-        let cpus = crate::online_cpus().len();
+        let cpus = procfs::online_cpus().len();
         let (stack_size, pages, ring_warning) =
             rings::fit(dwarf, opts.stack_size, opts.mmap_pages, cpus);
         warnings.extend(ring_warning);

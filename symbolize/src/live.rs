@@ -10,72 +10,11 @@
 use std::fs;
 
 use flamerec_format::{Frame, FrameId, KernelSymbol, Module, ModuleKind, Tables};
+pub use flamerec_perf::procfs::{exec_maps, ExecMap};
 
 use crate::kernel::kallsyms::Kallsyms;
 use crate::names::{basename, unresolved};
 use crate::{symbolize, NameOptions, Prefetch};
-
-/// One executable mapping of a process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExecMap {
-    /// Start address.
-    pub start: u64,
-    /// End address.
-    pub end: u64,
-    /// File offset of `start`.
-    pub pgoff: u64,
-    /// Path, or a pseudo name (`[vdso]`, `//anon` for memory without one).
-    pub path: String,
-}
-
-/// Executable mappings of a process; empty when it is gone or unreadable.
-pub fn exec_maps(pid: u32) -> Vec<ExecMap> {
-    fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map(|t| parse_maps(&t))
-        .unwrap_or_default()
-}
-
-/// Parses the text of /proc/PID/maps, keeping executable mappings.
-pub fn parse_maps(text: &str) -> Vec<ExecMap> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let mut it = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_inode)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
-            continue;
-        };
-        if !perms.contains('x') {
-            continue;
-        }
-        let path = it.next().unwrap_or("").trim_start().to_string();
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(pgoff)) = (
-            u64::from_str_radix(a, 16),
-            u64::from_str_radix(b, 16),
-            u64::from_str_radix(off, 16),
-        ) else {
-            continue;
-        };
-        if end <= start {
-            continue;
-        }
-        let path = if path.is_empty() {
-            "//anon".to_string()
-        } else {
-            path
-        };
-        out.push(ExecMap {
-            start,
-            end,
-            pgoff,
-            path,
-        });
-    }
-    out
-}
 
 /// This process's vDSO image, from /proc/self/mem. Every process maps the
 /// same one, so it stands in for theirs when unwinding through it (the
@@ -248,21 +187,6 @@ pub fn name_addresses(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keeps_executable_mappings_with_paths() {
-        let text = "55d0c0000000-55d0c0001000 r--p 00000000 fe:01 123 /usr/bin/true\n\
-55d0c0001000-55d0c0005000 r-xp 00001000 fe:01 123 /usr/bin/true\n\
-7ffd1000-7ffd3000 r-xp 00000000 00:00 0                          [vdso]\n\
-7f000000-7f001000 rwxp 00000000 00:00 0 \n\
-garbage line\n";
-        let maps = parse_maps(text);
-        assert_eq!(maps.len(), 3);
-        assert_eq!(maps[0].path, "/usr/bin/true");
-        assert_eq!(maps[0].pgoff, 0x1000);
-        assert_eq!(maps[1].path, "[vdso]");
-        assert_eq!(maps[2].path, "//anon");
-    }
 
     #[test]
     fn reads_the_vdso_image() {

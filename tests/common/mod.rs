@@ -266,13 +266,7 @@ fn allowed_cpus() -> Vec<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         .unwrap_or("0");
-    let mut cpus = Vec::new();
-    for part in list.trim().split(',') {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        if let (Ok(lo), Ok(hi)) = (lo.parse::<u32>(), hi.parse::<u32>()) {
-            cpus.extend(lo..=hi);
-        }
-    }
+    let mut cpus = flamerec_perf::procfs::parse_cpu_list(list);
     if cpus.is_empty() {
         cpus.push(0);
     }

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io;
 
+use flamerec_perf::procfs::Mappings;
 use flamerec_unwind::{FrameState, OuterFrames};
 
 use crate::sys;
@@ -100,48 +101,32 @@ fn read_range(tid: u32, start: u64, end: u64, mut out: Vec<u8>) -> io::Result<Ve
 /// end of the mapping that holds it.
 #[derive(Default)]
 pub(super) struct Maps {
-    /// Per process: the round they were read in, and (start, end) sorted.
-    by_pid: HashMap<u32, (u64, Vec<(u64, u64)>)>,
+    /// Per process: the round they were read in, and the mappings.
+    by_pid: HashMap<u32, (u64, Mappings)>,
 }
 
 impl Maps {
     /// The mapping of `pid` holding `addr` (start, end); the maps are read
     /// again (at most once per `round`) when no known mapping holds it.
     pub(super) fn holding(&mut self, pid: u32, addr: u64, round: u64) -> Option<(u64, u64)> {
-        let find = |maps: &[(u64, u64)]| {
-            let i = maps.partition_point(|m| m.0 <= addr).checked_sub(1)?;
-            (addr < maps[i].1).then_some(maps[i])
-        };
         if let Some((read_in, maps)) = self.by_pid.get(&pid) {
-            if let Some(end) = find(maps) {
-                return Some(end);
+            if let Some(m) = maps.holding(addr) {
+                return Some(m);
             }
             if *read_in == round {
                 return None;
             }
         }
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-        let mut maps: Vec<(u64, u64)> = text.lines().filter_map(range_of).collect();
-        maps.sort_unstable();
-        let end = find(&maps);
+        let maps = Mappings::of(pid).ok()?;
+        let m = maps.holding(addr);
         self.by_pid.insert(pid, (round, maps));
-        end
+        m
     }
 
     /// `pid` exec'd or exited.
     pub(super) fn forget(&mut self, pid: u32) {
         self.by_pid.remove(&pid);
     }
-}
-
-/// `start-end` of one /proc/PID/maps line.
-fn range_of(line: &str) -> Option<(u64, u64)> {
-    let range = line.split_whitespace().next()?;
-    let (a, b) = range.split_once('-')?;
-    Some((
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    ))
 }
 
 /// Where a thread blocked in the kernel stopped: its user stack pointer and

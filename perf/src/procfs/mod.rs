@@ -3,13 +3,20 @@
 //! processes and threads exist, a thread's state, name and start time
 //! (`stat`, `comm`), whether and where it blocks (`syscall`: user stack
 //! pointer and program counter), its kernel stack (`stack`), whether it ran
-//! meanwhile (`schedstat`), and the mapping that holds an address (`maps`).
+//! meanwhile (`schedstat`); a process's mappings (`maps`) and the CPUs
+//! (`cpus`).
 //!
 //! Parsing is separate from reading so that every format is tested on text.
 //! This module only reads files; it never touches a process's memory.
 
 use std::fs;
 use std::io;
+
+mod cpus;
+mod maps;
+
+pub use cpus::{online_cpus, parse_cpu_list};
+pub use maps::{exec_maps, parse_maps, ExecMap, Mappings};
 
 /// `PF_KTHREAD` in the flags of /proc/PID/stat: a kernel thread.
 const PF_KTHREAD: u64 = 0x0020_0000;
@@ -225,49 +232,6 @@ pub fn schedstat(pid: u32, tid: u32) -> io::Result<[u64; 3]> {
     }
 }
 
-/// Address ranges of every mapping of a process (not only executable ones:
-/// thread stacks are anonymous read-write memory).
-#[derive(Debug, Clone, Default)]
-pub struct Mappings(Vec<(u64, u64)>);
-
-impl Mappings {
-    /// The mappings of `pid` now.
-    pub fn of(pid: u32) -> io::Result<Self> {
-        Ok(Self::parse(&fs::read_to_string(format!(
-            "/proc/{pid}/maps"
-        ))?))
-    }
-
-    /// Parses the text of /proc/PID/maps.
-    pub fn parse(text: &str) -> Self {
-        let mut ranges: Vec<(u64, u64)> = text
-            .lines()
-            .filter_map(|l| {
-                let (a, b) = l.split_ascii_whitespace().next()?.split_once('-')?;
-                Some((
-                    u64::from_str_radix(a, 16).ok()?,
-                    u64::from_str_radix(b, 16).ok()?,
-                ))
-            })
-            .collect();
-        ranges.sort_unstable();
-        Mappings(ranges)
-    }
-
-    /// The end of the mapping that holds `addr`: a stack is read from its
-    /// pointer up to there at most.
-    pub fn end_of(&self, addr: u64) -> Option<u64> {
-        self.holding(addr).map(|(_, end)| end)
-    }
-
-    /// The mapping that holds `addr`, as `(start, end)`.
-    pub fn holding(&self, addr: u64) -> Option<(u64, u64)> {
-        let i = self.0.partition_point(|r| r.0 <= addr).checked_sub(1)?;
-        let (start, end) = self.0[i];
-        (addr < end).then_some((start, end))
-    }
-}
-
 /// Whether an error means the thread or process no longer exists.
 pub fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
@@ -340,22 +304,6 @@ mod tests {
         assert_eq!(lines[0].module, None);
         assert_eq!(lines[1].module.as_deref(), Some("xfs"));
         assert_eq!(lines[2].name, "entry_SYSCALL_64_after_hwframe");
-    }
-
-    #[test]
-    fn the_mapping_holding_an_address() {
-        let m = Mappings::parse(
-            "7f0000000000-7f0000800000 rw-p 00000000 00:00 0 \n\
-             7fff51d3f000-7fff51d60000 rw-p 00000000 00:00 0     [stack]\n",
-        );
-        assert_eq!(m.end_of(0x7fff_51d5_0000), Some(0x7fff_51d6_0000));
-        assert_eq!(m.end_of(0x7f00_0000_0000), Some(0x7f00_0080_0000));
-        assert_eq!(m.end_of(0x7f00_0080_0000), None);
-        assert_eq!(m.end_of(0x10), None);
-        assert_eq!(
-            m.holding(0x7fff_51d5_0000),
-            Some((0x7fff_51d3_f000, 0x7fff_51d6_0000))
-        );
     }
 
     #[test]
