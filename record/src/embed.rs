@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use flamerec_format::{write_names, FormatError, Frame, FrameId, Module, Writer};
 use flamerec_symbolize::{Embedding, NameOptions, Namer};
 
-use crate::{sys, EmbedOptions, NamesSummary};
+use crate::{sys, NamesSummary};
 
 /// How often the frames new since the last batch are handed to the namer.
 const BATCH_EVERY: Duration = Duration::from_millis(250);
@@ -44,13 +44,11 @@ pub(crate) struct Names {
 impl Names {
     /// Starts the naming thread; as root at the lowest priority (raised
     /// back when the command has ended and the user waits for the names).
-    pub(crate) fn start(opts: &EmbedOptions) -> std::io::Result<Self> {
+    pub(crate) fn start(opts: &NameOptions) -> std::io::Result<Self> {
         let lower = sys::is_root();
         let names = NameOptions {
             inline: true,
-            cache_dir: opts.cache_dir.clone(),
-            debug_dirs: opts.debug_dirs.clone(),
-            ..Default::default()
+            ..opts.clone()
         };
         let (batches, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()

@@ -37,6 +37,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use flamerec_symbolize::kallsyms::Kallsyms;
+pub use flamerec_symbolize::NameOptions;
 pub use session::record;
 pub use sys::WaitStatus;
 pub use trim::{is_sampling_path, is_scheduler};
@@ -137,8 +138,9 @@ pub struct RecordOptions {
     /// Bytes of user stack copied per sample in dwarf mode.
     pub stack_size: u32,
     /// Resolve sampled user addresses to names while recording and store
-    /// them in the file (`None`: leave them to `fold`).
-    pub embed_names: Option<EmbedOptions>,
+    /// them in the file, finding binaries, debug files and the symbol cache
+    /// as these say (`inline` is taken as true); `None`: leave them to `fold`.
+    pub embed_names: Option<NameOptions>,
     /// Who reads the ring buffers.
     pub ring_readers: RingReaders,
 }
@@ -157,25 +159,6 @@ pub enum RingReaders {
     Threads(usize),
 }
 
-/// Where the names embedded in a recording come from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EmbedOptions {
-    /// The per-binary symbol cache (shared with `fold`), if any.
-    pub cache_dir: Option<PathBuf>,
-    /// Roots searched for separate debug files.
-    pub debug_dirs: Vec<PathBuf>,
-}
-
-impl EmbedOptions {
-    /// The symbol cache under `$HOME` and the system's debug directory.
-    pub fn standard() -> Self {
-        EmbedOptions {
-            cache_dir: flamerec_symbolize::default_cache_dir(),
-            debug_dirs: vec![PathBuf::from(flamerec_symbolize::DEFAULT_DEBUG_DIR)],
-        }
-    }
-}
-
 /// Default bytes of user stack copied per sample in dwarf mode (see DESIGN.md):
 /// the most a perf record holds. rustc compiling regex-syntax: 16 KiB left
 /// 12% of its stacks cut (the copy ended in frames that returned before the
@@ -188,7 +171,7 @@ impl Default for RecordOptions {
         RecordOptions {
             output: PathBuf::from("flamerec.frec"),
             frequency: 999,
-            call_graph: CallGraph::Fp,
+            call_graph: CallGraph::Dwarf,
             target: Target::Command(Vec::new()),
             duration: None,
             event: EventKind::CpuClock,
@@ -197,7 +180,7 @@ impl Default for RecordOptions {
             trim: Vec::new(),
             mmap_pages: None,
             stack_size: DEFAULT_STACK_SIZE,
-            embed_names: Some(EmbedOptions::standard()),
+            embed_names: Some(NameOptions::standard()),
             ring_readers: RingReaders::Auto,
         }
     }

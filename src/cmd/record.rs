@@ -92,7 +92,8 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
-pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+/// The library's options from the command line's.
+fn options(a: &Args) -> anyhow::Result<RecordOptions> {
     let target = if !a.pid.is_empty() {
         Target::Pids(a.pid.clone())
     } else if a.all_cpus {
@@ -105,7 +106,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(d) => anyhow::bail!("--duration must be a positive number of seconds, not {d}"),
         None => None,
     };
-    let opts = RecordOptions {
+    Ok(RecordOptions {
         output: a.output.clone(),
         frequency: a.freq,
         call_graph: match a.call_graph {
@@ -126,9 +127,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         trim: a.trim.clone(),
         mmap_pages: a.mmap_pages,
         stack_size: a.stack_size,
-        embed_names: (!a.no_embed_symbols).then(flamerec_record::EmbedOptions::standard),
+        embed_names: (!a.no_embed_symbols).then(flamerec_record::NameOptions::standard),
         ring_readers: a.ring_readers,
-    };
+    })
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let opts = options(&a)?;
     let live = !a.quiet && std::io::stderr().is_terminal();
     let mut progress = |p: &flamerec_record::Progress| {
         if live {
@@ -232,5 +237,33 @@ fn parse_readers(s: &str) -> Result<RingReaders, String> {
                 "expected auto, off or a number of threads from 1 to 1024, not {n:?}"
             )),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn the_command_lines_defaults_are_the_librarys() {
+        let cli = Cli::try_parse_from(["record", "--", "true"]).expect("parse");
+        let cli = options(&cli.args).expect("options");
+        let lib = RecordOptions::default();
+        assert_eq!(cli.output, lib.output);
+        assert_eq!(cli.frequency, lib.frequency);
+        assert_eq!(cli.call_graph, lib.call_graph);
+        assert_eq!(cli.event, lib.event);
+        assert_eq!(cli.kernel, lib.kernel);
+        assert_eq!(cli.stack_size, lib.stack_size);
+        assert_eq!(cli.mmap_pages, lib.mmap_pages);
+        assert_eq!(cli.ring_readers, lib.ring_readers);
+        assert_eq!(cli.embed_names.is_some(), lib.embed_names.is_some());
     }
 }

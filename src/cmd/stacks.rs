@@ -6,7 +6,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use flamerec_stacks::{render, Options, Report};
+use flamerec_stacks::{render, NameOptions, Options, Report};
 
 use super::Exit;
 
@@ -45,8 +45,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let opts = Options {
         sample_wait: Duration::from_millis(a.wait),
         ptrace: !a.no_ptrace,
-        inline: !a.no_inline,
-        cache_dir: flamerec_stacks::default_cache_dir(),
+        names: NameOptions {
+            inline: !a.no_inline,
+            ..NameOptions::standard()
+        },
         ..Options::default()
     };
     let report = flamerec_stacks::stacks(&a.pids, &opts);

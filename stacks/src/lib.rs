@@ -77,10 +77,9 @@ mod stackmem;
 mod sys;
 
 use flamerec_perf::procfs;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub use flamerec_symbolize::default_cache_dir;
+pub use flamerec_symbolize::NameOptions;
 pub use report::{
     state_name, Frame, FrameKind, Method, Process, ProcessError, Report, TargetError, Thread,
     ThreadError, SCHEMA,
@@ -97,12 +96,9 @@ pub struct Options {
     /// Stop a running thread with ptrace when perf gives nothing (default
     /// true). Off: such a thread is shown without a stack.
     pub ptrace: bool,
-    /// Expand inlined functions (default true).
-    pub inline: bool,
-    /// Where per-binary symbol caches are kept (default none).
-    pub cache_dir: Option<PathBuf>,
-    /// Roots of separate debug files (default `/usr/lib/debug`).
-    pub debug_dirs: Vec<PathBuf>,
+    /// How frames are named: inlined functions expanded, the symbol cache
+    /// (none by default), debug file roots.
+    pub names: NameOptions,
 }
 
 impl Default for Options {
@@ -111,9 +107,7 @@ impl Default for Options {
             sample_wait: Duration::from_millis(500),
             perf: true,
             ptrace: true,
-            inline: true,
-            cache_dir: None,
-            debug_dirs: vec![flamerec_symbolize::DEFAULT_DEBUG_DIR.into()],
+            names: NameOptions::default(),
         }
     }
 }

@@ -29,17 +29,12 @@ pub(crate) fn resolve(raws: Vec<RawProcess>, opts: &Options) -> (Vec<Process>, V
         .flat_map(|p| &p.threads)
         .any(|t| matches!(&t.kernel, Kernel::Addrs(a) if !a.is_empty()));
     let kallsyms = needs_kallsyms.then(|| Kallsyms::load().ok()).flatten();
-    let name_opts = NameOptions {
-        inline: opts.inline,
-        cache_dir: opts.cache_dir.clone(),
-        debug_dirs: opts.debug_dirs.clone(),
-        ..Default::default()
-    };
+    let name_opts = &opts.names;
     let mut warnings = Vec::new();
     let processes = raws
         .into_iter()
         .map(|p| {
-            let (process, mut w) = resolve_process(p, &mut unwinder, kallsyms.as_ref(), &name_opts);
+            let (process, mut w) = resolve_process(p, &mut unwinder, kallsyms.as_ref(), name_opts);
             warnings.append(&mut w);
             process
         })

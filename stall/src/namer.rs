@@ -105,11 +105,7 @@ impl Names {
             user: HashMap::new(),
             kernel: HashMap::new(),
             kallsyms: None,
-            opts: NameOptions {
-                inline: true,
-                debug_dirs: vec![flamerec_symbolize::DEFAULT_DEBUG_DIR.into()],
-                ..Default::default()
-            },
+            opts: NameOptions::default(),
         };
         n.refresh();
         n

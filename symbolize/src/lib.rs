@@ -82,21 +82,47 @@ pub struct Function {
     pub module: String,
 }
 
-/// How to find and name things.
-#[derive(Debug, Clone, Default)]
+/// How to find and name things: the one set of naming options every tool
+/// shares (`fold`, the recorder's embedding, `stacks`, the stall library).
+#[derive(Debug, Clone)]
 pub struct NameOptions {
     /// Append `_[k]` to kernel frames.
     pub kernel_suffix: bool,
-    /// Expand inlined functions.
+    /// Expand inlined functions (default true).
     pub inline: bool,
-    /// Symbol cache directory, if any.
+    /// Symbol cache directory, if any (default none; [`NameOptions::standard`]
+    /// uses the one under `$HOME`).
     pub cache_dir: Option<PathBuf>,
-    /// Roots of separate debug files (`/usr/lib/debug`).
+    /// Roots of separate debug files (default [`DEFAULT_DEBUG_DIR`]).
     pub debug_dirs: Vec<PathBuf>,
     /// Directory of `perf-PID.map` files, if JIT maps are wanted.
     pub perf_map_dir: Option<PathBuf>,
     /// Processes whose JIT maps to read.
     pub pids: Vec<u32>,
+}
+
+impl Default for NameOptions {
+    fn default() -> Self {
+        NameOptions {
+            kernel_suffix: false,
+            inline: true,
+            cache_dir: None,
+            debug_dirs: vec![PathBuf::from(DEFAULT_DEBUG_DIR)],
+            perf_map_dir: None,
+            pids: Vec::new(),
+        }
+    }
+}
+
+impl NameOptions {
+    /// The defaults with the symbol cache under `$HOME`, as the command
+    /// line uses them.
+    pub fn standard() -> Self {
+        NameOptions {
+            cache_dir: default_cache_dir(),
+            ..Default::default()
+        }
+    }
 }
 
 /// Names of the frames a profile uses.

@@ -204,11 +204,7 @@ mod tests {
         let space = AddressSpace::of(std::process::id());
         let addr = flamerec_live_test_target as *const () as usize as u64;
         assert!(space.resolve(addr).is_some(), "{:?}", space.maps());
-        let opts = NameOptions {
-            inline: true,
-            debug_dirs: vec![crate::DEFAULT_DEBUG_DIR.into()],
-            ..Default::default()
-        };
+        let opts = NameOptions::default();
         let (user, kernel, _) = name_addresses(&space, &[addr, 8], None, &[], &opts);
         assert!(kernel.is_empty());
         let leaf = user[0].last().map_or("", String::as_str);
