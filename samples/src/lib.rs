@@ -328,10 +328,8 @@ const SPECS: &[Spec] = &[
             self_pct("sleeper_spin", 100.0),
         ],
         expected_off_cpu: &[
-            // Sleeps of 20 and 60 ms per round. The spin never blocks, but on a busy
-            // machine it is preempted, and a recorder that counts time runnable-but-waiting
-            // as off CPU charges that to the spin: so these are shares of the off-CPU time
-            // outside `sleeper_spin`.
+            // Sleeps of 20 and 60 ms per round. The spin never blocks: preempted on a busy
+            // machine it is still runnable, which the recorder does not count as off CPU.
             total_pct("sleeper_short", 25.0),
             total_pct("sleeper_long", 75.0),
         ],
@@ -453,18 +451,9 @@ impl Sample {
     }
 
     /// The expected off-CPU profile (`-e off-cpu`), as shares of the total blocked time
-    /// (the sum of the sample weights) of the stacks without any of
-    /// [`Sample::off_cpu_excluded`]; empty when the sample's blocking is incidental.
+    /// (the sum of the sample weights); empty when the sample's blocking is incidental.
     pub const fn expected_off_cpu(self) -> &'static [ExpectedShare] {
         self.spec().expected_off_cpu
-    }
-
-    /// Functions whose off-CPU time depends on the machine's load rather than on the
-    /// construction; off-CPU shares are of the stacks without them. None now, for every
-    /// sample: the recorder counts only blocked time, so a spin loop that gets preempted
-    /// (still runnable) adds nothing.
-    pub const fn off_cpu_excluded(self) -> &'static [&'static str] {
-        &[]
     }
 
     /// How the on-CPU samples split across processes or threads; empty for a sample that
@@ -908,10 +897,6 @@ mod tests {
                 assert_eq!(e.map(|e| e.pct), Some(t.pct), "{sample}: {t:?}");
             }
         }
-        assert_eq!(
-            Sample::Recursion.expected_depth().map(|d| d.frames),
-            Some(251)
-        );
     }
 
     #[test]
