@@ -37,10 +37,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use crate::common::without_task_switches;
-use crate::common::{flamerec, is_task_switch, on_one_cpu, sample_bin, stderr};
+use crate::common::{
+    alone, flamerec, fold, is_task_switch, on_one_cpu, sample_bin, stderr, Stacks,
+};
 use flamerec_samples::{frame_is, FramePointers, Sample, ShareKind, TaskKind};
 use flamerec_samples::{ExpectedShare, TOLERANCE_PCT};
 
@@ -84,25 +86,13 @@ impl Mode {
     }
 }
 
-type Stacks = Vec<(Vec<String>, u64)>;
-
 fn skipping() -> bool {
     std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
 }
 
-/// Held while a workload runs under a recorder: shares are CPU time, and
-/// two workloads sharing the machine's cores skew each other's (a pipeline
-/// sample drifted 6 points from perf's when another test ran beside it).
-static WORKLOAD: Mutex<()> = Mutex::new(());
-
-fn workload_lock() -> MutexGuard<'static, ()> {
-    // A failed test poisons the lock; the next one may still run alone.
-    WORKLOAD.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Records `cmd` with flamerec; `None` when perf tests are skipped.
 fn record(out: &Path, what: &str, extra: &[&str], cmd: &[String]) -> Option<()> {
-    let running = workload_lock();
+    let running = alone();
     let o = flamerec()
         .args(["record", "-q", "-F", "999", "-o"])
         .arg(out)
@@ -127,30 +117,6 @@ fn recorded(o: Output, what: &str) -> Option<()> {
     }
     assert!(o.status.success(), "{what}: flamerec record failed: {err}");
     Some(())
-}
-
-/// Folded stacks as (frames root first, count).
-fn fold(path: &Path, extra: &[&str]) -> Stacks {
-    let o = flamerec()
-        .arg("fold")
-        .args(extra)
-        .arg(path)
-        .output()
-        .expect("run flamerec fold");
-    assert!(o.status.success(), "fold failed: {}", stderr(&o));
-    parse_folded(&String::from_utf8(o.stdout).expect("utf-8 folded output"))
-}
-
-fn parse_folded(text: &str) -> Stacks {
-    text.lines()
-        .map(|l| {
-            let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
-            (
-                stack.split(';').map(str::to_owned).collect(),
-                count.parse().expect("count"),
-            )
-        })
-        .collect()
 }
 
 /// `lost N of M` from `info --json`, for failure messages: lost samples skew shares.
@@ -672,7 +638,7 @@ fn check_agreement_with_perf(sample: Sample, scale: u64) {
             Mode::Fp => &["-g"],
             Mode::Dwarf => &["--call-graph", "dwarf"],
         };
-        let running = workload_lock();
+        let running = alone();
         let o = flamerec()
             .args(["record", "-q", "-F", "999", "-g", mode.arg(), "-o"])
             .arg(&frec)

@@ -195,11 +195,7 @@ fn fold_bytes(dir: &Path, bytes: &[u8], what: &str) -> Option<u64> {
     let err = stderr(&o);
     assert!(!err.contains("panicked"), "{what}: {err}");
     if o.status.success() {
-        let sum = String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-            .sum();
-        Some(sum)
+        Some(total(&parse_folded(&String::from_utf8_lossy(&o.stdout))))
     } else {
         assert_eq!(o.status.code(), Some(1), "{what}: {err}");
         assert!(

@@ -132,6 +132,8 @@ fn assert_none_wrong(stacks: &Stacks, wrong: u64, what: &str) {
 /// calibration's.
 #[test]
 fn stacks_deeper_than_their_copy_are_whole_and_exact_on_both_threads() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     // ≈ 2 s of work split over the two threads, in two rounds each.
     let args = ["--units", "570000", "--round-units", "142500"];
     let Some((stacks, [whole, cut, _, wrong])) = record_deep(&args, true, &[]) else {
@@ -171,6 +173,8 @@ fn stacks_deeper_than_their_copy_are_whole_and_exact_on_both_threads() {
 /// pinned: the threads run in parallel as programs do.
 #[test]
 fn stacks_that_change_before_they_can_be_shown_stay_cut_never_stitched_wrong() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     // Rounds of ≈ 3.5 ms alternating between two chains of identical shape:
     // by the time a sample's thread is read, its frames have often been
     // replaced by the other chain's.
@@ -202,6 +206,8 @@ fn stacks_that_change_before_they_can_be_shown_stay_cut_never_stitched_wrong() {
 /// which follow its CPU time, not the wall clock.
 #[test]
 fn info_reports_stacks_completed_from_the_live_thread() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let bin = sample_bin(Sample::DeepStack, FramePointers::No);
     let dir = tmp();
     let out = dir.path().join("deep.frec");
@@ -248,6 +254,8 @@ fn info_reports_stacks_completed_from_the_live_thread() {
 /// (245 ± 15).
 #[test]
 fn short_lived_dynamically_linked_programs_are_not_counted_cut() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let dir = tmp();
     let out = dir.path().join("short.frec");
     let script = "for i in $(seq 300); do ls -l /usr/bin > /dev/null; date > /dev/null; done";

@@ -8,9 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::common::{descendant, flamerec, stderr, tmp, wait_for};
+use crate::common::{descendant, flamerec, gcc, stderr, tmp, wait_for};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>
@@ -44,13 +43,7 @@ fn compile(dir: &Path, name: &str) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, PROGRAM).expect("write the C source");
     let bin = dir.join(name);
-    let out = Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("this test compiles C with gcc, which is missing: {e}"));
-    assert!(out.status.success(), "gcc: {}", stderr(&out));
+    gcc(dir, &["-O2", "-g", "-o", name, &format!("{name}.c")]);
     bin
 }
 
@@ -279,14 +272,10 @@ fn a_recorder_killed_midway_leaves_a_file_that_folds_with_names_from_the_binarie
     let out = dir.path().join("k.frec");
     let mut child = start_recording(&home, &out, &bin, "3000000");
     // Chunks reach the file at least once a second: wait for a few.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 2000 {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the recording never grew");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("the recording to grow (or flamerec to end)", || {
+        std::fs::metadata(&out).map_or(0, |m| m.len()) >= 2000
+            || matches!(child.try_wait(), Ok(Some(_)))
+    });
     let running = child.try_wait().expect("poll flamerec").is_none();
     child.kill().expect("kill -9 flamerec");
     let o = child.wait_with_output().expect("reap flamerec");

@@ -9,22 +9,11 @@
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::common::{fold, record, stderr, tmp};
+use crate::common::{fold, gcc, record, stderr, tmp};
 
 const LIBRARY: &str = include_str!("programs/plt/lib.c");
 const PROGRAM: &str = include_str!("programs/plt/main.c");
-
-/// Runs gcc with `args` in `dir`.
-fn gcc(dir: &Path, args: &[&str]) {
-    let out = Command::new("gcc")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("this test compiles C with gcc, which is missing: {e}"));
-    assert!(out.status.success(), "gcc {args:?}: {}", stderr(&out));
-}
 
 /// Builds the library (-fPIC, default visibility: the call may be
 /// interposed, so it goes through the PLT) and the program linked to it.

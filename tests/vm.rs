@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use crate::common::{fold, gcc, parse_folded};
+
 /// Frames of each descent below `deep_run`, as built (see deep-fp.c).
 const DEPTH: usize = 400;
 /// Seconds the guest program runs per recording. Under TCG on a busy
@@ -48,21 +50,18 @@ fn repo() -> PathBuf {
 /// deep-fp, built static with frame pointers by the system's gcc.
 fn deep_fp(dir: &Path) -> PathBuf {
     let out = dir.join("deep-fp");
-    let status = Command::new("gcc")
-        .args([
+    let src = repo().join("vm/guest/deep-fp.c");
+    gcc(
+        dir,
+        &[
             "-O1",
             "-fno-omit-frame-pointer",
             "-mno-omit-leaf-frame-pointer",
             "-static",
             "-o",
-        ])
-        .arg(&out)
-        .arg(repo().join("vm/guest/deep-fp.c"))
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run gcc to build vm/guest/deep-fp.c: {e}"));
-    assert!(
-        status.success(),
-        "gcc could not build vm/guest/deep-fp.c statically (libc6-dev installed?)"
+            &out.to_string_lossy(),
+            &src.to_string_lossy(),
+        ],
     );
     out
 }
@@ -149,25 +148,17 @@ fn fold_on_host(frec: &Path) -> String {
 /// with user frames or without; and the folded lines of the other samples
 /// that have kernel frames only.
 fn exit_path(frec: &Path) -> (u64, Vec<String>) {
-    let o = Command::new(env!("CARGO_BIN_EXE_flamerec"))
-        .arg("fold")
-        .arg("--kernel-suffix")
-        .arg(frec)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (mut exiting, mut other) = (0, Vec::new());
-    for line in String::from_utf8(o.stdout).unwrap().lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
-        let frames: Vec<&str> = stack.split(';').skip(1).collect();
-        let kernel = |f: &str| f.ends_with("_[k]");
+    for (stack, n) in fold(frec, &["--kernel-suffix"]) {
+        let frames = &stack[1..];
+        let kernel = |f: &String| f.ends_with("_[k]");
         if frames
             .iter()
             .any(|f| kernel(f) && (f.contains("exit_group") || f.starts_with("do_exit")))
         {
-            exiting += n.parse::<u64>().unwrap();
-        } else if !frames.is_empty() && frames.iter().all(|f| kernel(f)) {
-            other.push(line.to_string());
+            exiting += n;
+        } else if !frames.is_empty() && frames.iter().all(kernel) {
+            other.push(format!("{} {n}", stack.join(";")));
         }
     }
     (exiting, other)
@@ -198,12 +189,9 @@ struct Shapes {
 
 fn shapes(folded: &str) -> Shapes {
     let mut s = Shapes::default();
-    for line in folded.lines() {
-        let (stack, n) = line.rsplit_once(' ').unwrap();
-        let n: u64 = n.parse().unwrap();
+    for (frames, n) in parse_folded(folded) {
         s.total += n;
-        let frames: Vec<&str> = stack.split(';').collect();
-        let Some(main) = frames.iter().position(|&f| f == "main") else {
+        let Some(main) = frames.iter().position(|f| f == "main") else {
             s.outside += n;
             continue;
         };
@@ -223,12 +211,9 @@ fn shapes(folded: &str) -> Shapes {
         } else {
             "deep_sys_descend"
         };
-        let whole = below.first() == Some(&"deep_run")
-            && leaf == DEPTH + 1
-            && below[1..leaf].iter().all(|&f| f == path);
-        let short = below.first() == Some(&"deep_run")
-            && leaf == DEPTH
-            && below[1..leaf].iter().all(|&f| f == path);
+        let starts = below.first().is_some_and(|f| f == "deep_run");
+        let whole = starts && leaf == DEPTH + 1 && below[1..leaf].iter().all(|f| f == path);
+        let short = starts && leaf == DEPTH && below[1..leaf].iter().all(|f| f == path);
         let kernel = below.len() > leaf + 1;
         match (whole, path) {
             (true, "deep_cpu_descend") => s.whole_cpu += n,
@@ -244,7 +229,7 @@ fn shapes(folded: &str) -> Shapes {
 }
 
 /// A stack below main in short: runs of one frame as `name×count`.
-fn shape(frames: &[&str]) -> String {
+fn shape(frames: &[String]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < frames.len() {

@@ -5,11 +5,14 @@
 
 pub mod sys;
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+use flamerec_perf::procfs::{self, TaskStat};
 use flamerec_samples::{build, frame_is, FramePointers, Sample};
 
 /// The binary under test. Its HOME is a directory of the test build, so
@@ -30,8 +33,45 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Every workload the tests record runs under a shared hold of this lock;
+/// a test that measures shares, losses or timing holds it alone ([`alone`])
+/// for its whole run, so it never runs beside another test's workload (a
+/// pipeline sample drifted 6 points from perf's when another test ran
+/// beside it). The suite is one binary whose tests run in parallel.
+static WORKLOADS: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// This thread's test holds [`WORKLOADS`] alone.
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The whole machine for one measuring test, until dropped.
+pub struct Alone(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        ALONE.with(|a| a.set(false));
+    }
+}
+
+/// Waits until no other test runs a workload, and keeps them waiting until
+/// the guard is dropped. A failed test poisons the lock; the next one may
+/// still run alone.
+pub fn alone() -> Alone {
+    let guard = WORKLOADS.write().unwrap_or_else(PoisonError::into_inner);
+    ALONE.with(|a| a.set(true));
+    Alone(guard)
+}
+
+/// Held while a workload runs: shared with other tests' workloads, and
+/// nothing to wait for when this thread's test runs [`alone`].
+pub fn workload() -> Option<RwLockReadGuard<'static, ()>> {
+    (!ALONE.with(Cell::get)).then(|| WORKLOADS.read().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// Records `cmd` into `out`; `None` when perf tests are skipped.
 pub fn record(out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    let running = workload();
     let o = flamerec()
         .arg("record")
         .arg("-q")
@@ -42,6 +82,7 @@ pub fn record(out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
         .args(cmd)
         .output()
         .expect("run flamerec");
+    drop(running);
     let err = stderr(&o);
     if err.contains("perf_event_open") {
         if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
@@ -62,9 +103,16 @@ pub fn fold(path: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
         .output()
         .expect("run flamerec fold");
     assert!(o.status.success(), "fold failed: {}", stderr(&o));
-    String::from_utf8(o.stdout)
-        .expect("utf-8 folded output")
-        .lines()
+    parse_folded(&String::from_utf8(o.stdout).expect("utf-8 folded output"))
+}
+
+/// Folded stacks, root first, with their counts.
+pub type Stacks = Vec<(Vec<String>, u64)>;
+
+/// Parses folded text (`frame;frame COUNT` lines): the one parser of the
+/// tests. A line that is not `stack count` fails the test.
+pub fn parse_folded(text: &str) -> Stacks {
+    text.lines()
         .map(|l| {
             let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
             (
@@ -183,28 +231,53 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// What /proc/PID/stat says of a process.
-#[derive(Debug, Clone)]
-pub struct ProcStat {
-    pub comm: String,
-    pub ppid: u32,
-    /// User and system CPU time, in clock ticks (1/100 s).
-    pub cpu_ticks: u64,
+/// Waits for `child` to end; after [`DEADLINE`] kills it and fails the
+/// test naming `what`.
+pub fn wait_child(child: &mut Child, what: &str) -> ExitStatus {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for a child") {
+            return status;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
-/// /proc/PID/stat of `pid`, `None` once it is gone.
-pub fn proc_stat(pid: u32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = text.rsplit_once(") ")?;
-    let comm = head.split_once(" (")?.1.to_owned();
-    // Fields after the name: state, ppid, ... utime (14th of the line), stime (15th).
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let num = |i: usize| fields.get(i)?.parse::<u64>().ok();
-    Some(ProcStat {
-        comm,
-        ppid: u32::try_from(num(1)?).ok()?,
-        cpu_ticks: num(11)? + num(12)?,
-    })
+/// /proc/PID/stat of `pid` (the process's whole CPU time), `None` once it
+/// is gone: flamerec's own parser.
+pub fn proc_stat(pid: u32) -> Option<TaskStat> {
+    procfs::parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Whether `pid` has ended and not been reaped (or is gone).
+pub fn is_zombie(pid: u32) -> bool {
+    proc_stat(pid).map_or(true, |s| s.is_gone())
+}
+
+/// The CPU time `pid` has used, in clock ticks (0 when it cannot say).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    proc_stat(pid).and_then(|s| s.cpu_ticks).unwrap_or(0)
+}
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    sys::euid() == 0
+}
+
+/// Compiles C with the system's gcc in `dir` (`args` as gcc takes them);
+/// a missing gcc or a failed build fails the test, naming it.
+pub fn gcc(dir: &Path, args: &[&str]) {
+    let out = Command::new("gcc")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("this test compiles C with gcc, which is missing: {e}"));
+    assert!(out.status.success(), "gcc {args:?}: {}", stderr(&out));
 }
 
 /// A live process named `comm` (after its exec) among the descendants of

@@ -55,3 +55,9 @@ impl Drop for Stopped {
         ptrace(libc::PTRACE_DETACH, self.tid);
     }
 }
+
+/// The effective user id of the tests.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() }
+}

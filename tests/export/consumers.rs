@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+use crate::common::is_root;
+
 /// The speedscope release whose importer loads our files.
 pub const SPEEDSCOPE_VERSION: &str = "1.25.0";
 
@@ -23,17 +25,6 @@ fn runs(cmd: &str, arg: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn apt_get(args: &[&str]) -> Result<(), String> {

@@ -177,7 +177,10 @@ impl<'d> DwarfFile<'d> {
         for w in walked {
             found.extend(w.chains);
             if let Some(functions) = w.functions {
-                dies.functions.insert(w.unit, functions);
+                // A unit the index knows is read by its functions, never
+                // walked whole again.
+                let before = dies.functions.insert(w.unit, functions);
+                debug_assert!(before.is_none(), "unit {:#x} walked whole twice", w.unit);
                 dies.changed = true;
             }
         }
@@ -1032,8 +1035,10 @@ mod tests {
                 "{}: no inlined frames to compare",
                 path.display()
             );
-            // Units the first lookup had not walked were added; none walked twice.
+            // None of the units the first lookup walked was walked whole
+            // again (the insertion's debug assertion); the rest were added.
             assert!(dies.functions.len() >= walked, "{}", path.display());
+            assert_eq!(dies.changed, dies.functions.len() > walked);
         }
     }
 
