@@ -1,0 +1,383 @@
+//! Python frames of a running CPython, read from outside the process:
+//! CPython 3.8 to 3.13 on x86-64 Linux, as a shared `libpython3.X.so` or
+//! linked statically into `python3.X` (Debian's).
+//!
+//! [`Interpreter::find`] looks for the binary that holds `_PyRuntime` among
+//! a process's mappings and reads its layout (a table per minor version,
+//! or what 3.13 publishes about itself, [`layout`]). [`Interpreter::threads`]
+//! walks the runtime's thread states and each thread's frame chain, cut
+//! into runs: one run per call of the eval loop (`_PyEval_EvalFrameDefault`)
+//! in the thread's native stack, innermost first, so a caller that holds
+//! the native stack can put each run where its eval-loop frame is — by
+//! construction, not by counting where the version marks it (3.11+: each
+//! run's marker is a local of its eval-loop call, an address on the native
+//! stack). [`CodeInfo`] names a frame's code object and finds its line.
+//!
+//! The process runs on while it is read: what a walk returns is what the
+//! memory said at each read, and a frame read twice may differ. Callers
+//! that need a frame that was running at a given moment must prove it
+//! (a thread that did not run between two looks, for one). Every read is
+//! bounded ([`MAX_FRAMES`], [`code::MAX_STR`]); a read that fails ends the
+//! walk of that thread with what was read, marked cut.
+//!
+//! No unsafe code: memory is read through [`Memory`].
+#![forbid(unsafe_code)]
+
+pub mod binary;
+pub mod code;
+pub mod layout;
+pub mod memory;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use binary::{BinaryError, PythonBinary};
+pub use code::CodeInfo;
+pub use layout::{FrameModel, Layout};
+pub use memory::{Memory, Process};
+
+use layout::{DEBUG_OFFSETS_LEN, OB_TYPE, OWNED_BY_CSTACK};
+
+/// Most frames read of one thread: a deeper stack is cut there.
+pub const MAX_FRAMES: usize = 4096;
+/// Most thread states read of one interpreter.
+pub const MAX_THREADS: usize = 65_536;
+/// glibc's `struct pthread` holds the thread's tid here (2.36; checked
+/// against the other threads of the process before it is used).
+const PTHREAD_TID: u64 = 720;
+
+/// `_PyInterpreterFrame.owner` of a generator's frame.
+const OWNED_BY_GENERATOR: u8 = 1;
+
+/// A CPython runtime in a process.
+#[derive(Debug, Clone)]
+pub struct Interpreter {
+    /// (major, minor, micro); micro is 0 where the binary does not say (3.8–3.10).
+    pub version: (u8, u8, u8),
+    /// Where its fields are.
+    pub layout: Layout,
+    /// The binary holding `_PyRuntime`.
+    pub binary: PathBuf,
+    /// `_PyRuntime`, in the process.
+    pub runtime: u64,
+    /// `PyCode_Type`, in the process.
+    pub code_type: Option<u64>,
+    /// The eval loop's address ranges, in the process.
+    pub eval: Vec<(u64, u64)>,
+}
+
+/// Why a process's interpreter could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FindError {
+    /// The process's binary says it is a CPython this crate has no layout for.
+    #[error("CPython {0}.{1} in {2}: no layout known for this version (3.8 to 3.13 are)")]
+    UnknownVersion(u8, u8, String),
+    /// Its binary could not be read.
+    #[error(transparent)]
+    Binary(#[from] BinaryError),
+    /// Its memory could not be read.
+    #[error("reading the runtime of process {pid}: {source}")]
+    Memory {
+        /// The process.
+        pid: u32,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// One frame: its code object and the instruction it is at (bytes in
+/// 3.8/3.9, code units from 3.10; −1 before the first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PyFrame {
+    /// The code object's address.
+    pub code: u64,
+    /// The instruction offset.
+    pub instr: i64,
+}
+
+/// The Python frames one call of the eval loop runs, innermost first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Run {
+    /// Its frames.
+    pub frames: Vec<PyFrame>,
+    /// 3.11+: an address in the native stack frame of the eval-loop call
+    /// that runs these frames (its `_PyCFrame` or entry frame, a local).
+    pub marker: Option<u64>,
+}
+
+/// A thread's Python stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PyThread {
+    /// Its Linux thread id (`None` where it cannot be told).
+    pub tid: Option<u32>,
+    /// Its `PyThreadState`.
+    pub tstate: u64,
+    /// One run per eval-loop call, innermost first.
+    pub runs: Vec<Run>,
+    /// The walk stopped before the outermost frame (a failed read, or
+    /// [`MAX_FRAMES`]).
+    pub cut: bool,
+}
+
+impl Interpreter {
+    /// The CPython runtime of process `pid`, if one of its mappings holds
+    /// `_PyRuntime`: `Ok(None)` for a process that runs no CPython.
+    pub fn find(pid: u32) -> Result<Option<Interpreter>, FindError> {
+        let maps = flamerec_perf::procfs::exec_maps(pid);
+        // Only files named like CPython's are opened: a libpython3.X, or a
+        // python3.X executable with the runtime linked in.
+        let mut candidates: Vec<&flamerec_perf::procfs::ExecMap> = maps
+            .iter()
+            .filter(|m| {
+                let base = m.path.rsplit('/').next().unwrap_or("");
+                base.starts_with("libpython3") || base.starts_with("python3")
+            })
+            .collect();
+        candidates.sort_by_key(|m| !m.path.contains("libpython"));
+        for m in candidates {
+            let path = Path::new(&m.path);
+            let binary = match PythonBinary::read(path) {
+                Ok(b) => b,
+                Err(BinaryError::NoRuntime(_) | BinaryError::NotElf(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let Some(bias) = binary.bias(m.start, m.pgoff) else {
+                continue;
+            };
+            return Self::at(&Process(pid), path, &binary, bias)
+                .map(Some)
+                .map_err(|e| match e {
+                    AtError::Unknown(a, b) => FindError::UnknownVersion(a, b, m.path.clone()),
+                    AtError::Memory(source) => FindError::Memory { pid, source },
+                });
+        }
+        Ok(None)
+    }
+
+    /// The runtime of `binary`, loaded at `bias` in the process `mem` reads.
+    fn at(
+        mem: &dyn Memory,
+        path: &Path,
+        binary: &PythonBinary,
+        bias: u64,
+    ) -> Result<Interpreter, AtError> {
+        let (major, minor, _) = binary.version;
+        let runtime = binary.runtime.0.wrapping_add(bias);
+        let layout = match Layout::for_version(major, minor) {
+            Some(l) => l,
+            None if (major, minor) == (3, 13) => {
+                let mut head = vec![0; DEBUG_OFFSETS_LEN];
+                mem.read(runtime, &mut head).map_err(AtError::Memory)?;
+                Layout::from_debug_offsets(&head, binary.runtime.1)
+                    .ok_or(AtError::Unknown(major, minor))?
+            }
+            None => return Err(AtError::Unknown(major, minor)),
+        };
+        Ok(Interpreter {
+            version: binary.version,
+            layout,
+            binary: path.to_path_buf(),
+            runtime,
+            code_type: binary.code_type.map(|a| a.wrapping_add(bias)),
+            eval: binary
+                .eval
+                .iter()
+                .map(|&(a, b)| (a.wrapping_add(bias), b.wrapping_add(bias)))
+                .collect(),
+        })
+    }
+
+    /// Every thread state of every interpreter of the runtime, with its
+    /// Python stack. `tids`: the process's threads (from /proc), which tell
+    /// a thread id read from glibc's thread descriptor from a stray value.
+    pub fn threads(&self, mem: &dyn Memory, tids: &[u32]) -> io::Result<Vec<PyThread>> {
+        let l = &self.layout;
+        let mut out = Vec::new();
+        let mut interp = mem.u64(self.runtime + l.runtime_interpreters_head)?;
+        let mut interps = 0;
+        while interp != 0 && interps < 64 {
+            interps += 1;
+            let mut ts = mem.u64(interp + l.interp_threads_head)?;
+            while ts != 0 && out.len() < MAX_THREADS {
+                let tid = self.tid_of(mem, ts, tids);
+                let (runs, cut) = self.stack(mem, ts);
+                out.push(PyThread {
+                    tid,
+                    tstate: ts,
+                    runs,
+                    cut,
+                });
+                ts = mem.u64(ts + l.tstate_next)?;
+            }
+            interp = mem.u64(interp + l.interp_next)?;
+        }
+        Ok(out)
+    }
+
+    fn tid_of(&self, mem: &dyn Memory, ts: u64, tids: &[u32]) -> Option<u32> {
+        let l = &self.layout;
+        let tid = match l.tstate_native_thread_id {
+            Some(at) => mem.u64(ts + at).ok()? as u32,
+            None => {
+                let pthread = mem.u64(ts + l.tstate_thread_id).ok()?;
+                mem.i32(pthread + PTHREAD_TID).ok()? as u32
+            }
+        };
+        tids.contains(&tid).then_some(tid)
+    }
+
+    /// The frame chain of thread state `ts`, cut into runs; whether the
+    /// walk stopped early.
+    pub fn stack(&self, mem: &dyn Memory, ts: u64) -> (Vec<Run>, bool) {
+        let l = &self.layout;
+        let mut walk = Walk::default();
+        let top = match l.model {
+            FrameModel::Objects { .. } => mem.u64(ts + l.tstate_frame),
+            FrameModel::EntryFlag
+            | FrameModel::EntryShim {
+                in_thread_state: false,
+            } => mem
+                .u64(ts + l.tstate_frame)
+                .and_then(|cframe| match cframe {
+                    0 => Ok(0),
+                    c => {
+                        if l.model == FrameModel::EntryFlag {
+                            walk.cframes = cframe_chain(mem, c);
+                        }
+                        mem.u64(c + l.cframe_current_frame)
+                    }
+                }),
+            FrameModel::EntryShim {
+                in_thread_state: true,
+            } => mem.u64(ts + l.tstate_frame),
+        };
+        let Ok(mut frame) = top else {
+            return (Vec::new(), true);
+        };
+        let mut seen = 0;
+        while frame != 0 {
+            seen += 1;
+            if seen > MAX_FRAMES {
+                walk.cut = true;
+                break;
+            }
+            match self.step(mem, frame, &mut walk) {
+                Ok(back) => frame = back,
+                Err(_) => {
+                    walk.cut = true;
+                    break;
+                }
+            }
+        }
+        walk.close(None);
+        (walk.runs, walk.cut)
+    }
+
+    /// Reads the frame at `frame` into `walk`; returns the older frame.
+    fn step(&self, mem: &dyn Memory, frame: u64, walk: &mut Walk) -> io::Result<u64> {
+        let l = &self.layout;
+        let code = mem.u64(frame + l.frame_code)?;
+        let back = mem.u64(frame + l.frame_back)?;
+        match l.model {
+            FrameModel::Objects { .. } => {
+                let instr = i64::from(mem.i32(frame + l.frame_instr)?);
+                walk.current.frames.push(PyFrame { code, instr });
+                // One frame per eval-loop call.
+                walk.close(None);
+            }
+            FrameModel::EntryFlag => {
+                let entry = mem.u8(frame + l.frame_marker)? != 0;
+                // `owner` follows `is_entry`.
+                let owner = mem.u8(frame + l.frame_marker + 1)?;
+                if let Some(f) = self.complete_frame(mem, code, frame, owner)? {
+                    walk.current.frames.push(f);
+                }
+                if entry {
+                    let marker = walk.cframes.get(walk.runs.len()).copied();
+                    walk.close(marker);
+                }
+            }
+            FrameModel::EntryShim { .. } => {
+                let owner = mem.u8(frame + l.frame_marker)?;
+                if owner == OWNED_BY_CSTACK {
+                    // The shim is a local of its eval-loop call: it marks
+                    // the run above it, and is not a Python frame.
+                    walk.close(Some(frame));
+                } else if let Some(f) = self.complete_frame(mem, code, frame, owner)? {
+                    walk.current.frames.push(f);
+                }
+            }
+        }
+        Ok(back)
+    }
+
+    /// A 3.11+ frame, unless it is incomplete (pushed, not yet past its
+    /// first traceable instruction: CPython's own tracebacks leave it out)
+    /// or its executable is not a code object (3.13).
+    fn complete_frame(
+        &self,
+        mem: &dyn Memory,
+        code: u64,
+        frame: u64,
+        owner: u8,
+    ) -> io::Result<Option<PyFrame>> {
+        let l = &self.layout;
+        if let Some(code_type) = self.code_type {
+            if code == 0 || mem.u64(code + OB_TYPE)? != code_type {
+                return Ok(None);
+            }
+        }
+        let ptr = mem.u64(frame + l.frame_instr)?;
+        let start = code + l.code_adaptive.unwrap_or(0);
+        let instr = (ptr as i64).wrapping_sub(start as i64) / 2;
+        if let Some(first) = l.code_firsttraceable {
+            if owner != OWNED_BY_GENERATOR && instr < i64::from(mem.i32(code + first)?) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(PyFrame { code, instr }))
+    }
+}
+
+/// 3.11: the thread's `_PyCFrame`s, innermost first, one per eval-loop
+/// call (each a local of that call), up to the thread state's root one
+/// (whose current frame is none).
+fn cframe_chain(mem: &dyn Memory, first: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut c = first;
+    while c != 0 && out.len() < MAX_FRAMES {
+        match mem.u64(c + 8) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => out.push(c),
+        }
+        c = mem.u64(c + 16).unwrap_or(0);
+    }
+    out
+}
+
+enum AtError {
+    Unknown(u8, u8),
+    Memory(io::Error),
+}
+
+#[derive(Default)]
+struct Walk {
+    runs: Vec<Run>,
+    current: Run,
+    cut: bool,
+    /// 3.11's `_PyCFrame` addresses, innermost first.
+    cframes: Vec<u64>,
+}
+
+impl Walk {
+    /// Ends the run being read (with its marker, if known); an empty run
+    /// that no marker names is no eval-loop call.
+    fn close(&mut self, marker: Option<u64>) {
+        let mut run = std::mem::take(&mut self.current);
+        run.marker = marker;
+        if !run.frames.is_empty() || marker.is_some() {
+            self.runs.push(run);
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! The reader against real CPythons: every CPython on this machine runs
+//! `programs/parked.py`, whose threads park under known stacks and write
+//! what the interpreter itself says of them (`sys._current_frames()`); the
+//! walk from outside must name the same frames, innermost first, with the
+//! same lines, and cut them into runs where each eval-loop call begins.
+//!
+//! Interpreters looked for: pyenv's (`$PYENV_ROOT` or `~/.pyenv`, every
+//! `versions/3.X.Y/bin/python3.X`) and the system's `/usr/bin/python3.X`.
+//! Every minor version from 3.8 to 3.13 must be among them, or the test
+//! fails naming what is missing, unless `FLAMEREC_SKIP_PYTHON_TESTS=1`.
+//! Reading another process's memory needs root or the right to trace it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use flamerec_python::{CodeInfo, FrameModel, Interpreter, Process};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/parked.py");
+
+fn skipping() -> bool {
+    std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1")
+}
+
+/// Every CPython 3.8+ found, with its minor version.
+fn interpreters() -> Vec<(u8, PathBuf)> {
+    let mut found = Vec::new();
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let mut parts = name.split('.');
+            let (Some("3"), Some(minor)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(minor) = minor.parse::<u8>() else {
+                continue;
+            };
+            let bin = e.path().join(format!("bin/python3.{minor}"));
+            if minor >= 8 && bin.is_file() {
+                found.push((minor, bin));
+            }
+        }
+    }
+    for minor in 8..=13u8 {
+        let bin = PathBuf::from(format!("/usr/bin/python3.{minor}"));
+        if bin.is_file() {
+            found.push((minor, bin));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The script running under `python`, with its threads parked, and what it
+/// says of their stacks.
+struct Parked {
+    child: Child,
+    _dir: tempfile::TempDir,
+    expected: BTreeMap<u32, Vec<(String, i32)>>,
+}
+
+impl Parked {
+    fn start(python: &Path) -> Parked {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let out = dir.path().join("stacks.json");
+        let mut child = Command::new(python)
+            .arg(SCRIPT)
+            .arg(&out)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+        // Generous: a busy machine slows the start; a failure shows at once.
+        let end = Instant::now() + Duration::from_secs(60);
+        while !out.exists() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "{} ended ({status}) before its threads parked",
+                    python.display()
+                );
+            }
+            assert!(
+                Instant::now() < end,
+                "{}: threads never parked",
+                python.display()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let text = std::fs::read_to_string(&out).expect("the script's report");
+        let raw: HashMap<String, Vec<(String, i32)>> =
+            serde_json::from_str(&text).expect("the script's report is JSON");
+        let expected = raw
+            .into_iter()
+            .map(|(tid, stack)| (tid.parse().expect("a native thread id"), stack))
+            .collect();
+        Parked {
+            child,
+            _dir: dir,
+            expected,
+        }
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tids(pid: u32) -> Vec<u32> {
+    flamerec_perf::procfs::threads_of(pid).expect("the process's threads")
+}
+
+#[test]
+fn every_cpython_here_is_read_as_it_reads_itself() {
+    let found = interpreters();
+    let missing: Vec<u8> = (8..=13u8)
+        .filter(|m| !found.iter().any(|(f, _)| f == m))
+        .collect();
+    if !missing.is_empty() {
+        if skipping() {
+            eprintln!("skipped (FLAMEREC_SKIP_PYTHON_TESTS=1): no CPython 3.{missing:?} here");
+            return;
+        }
+        panic!(
+            "this test reads every CPython from 3.8 to 3.13 and finds no 3.{missing:?} (pyenv's under ~/.pyenv/versions, or /usr/bin/python3.X); set FLAMEREC_SKIP_PYTHON_TESTS=1 where they cannot be installed"
+        );
+    }
+    for (minor, python) in found {
+        let what = python.display().to_string();
+        let parked = Parked::start(&python);
+        let pid = parked.child.id();
+        let interp = Interpreter::find(pid)
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .unwrap_or_else(|| panic!("{what}: no CPython runtime found in process {pid}"));
+        assert_eq!(interp.version.1, minor, "{what}");
+        let mem = Process(pid);
+        let threads = interp
+            .threads(&mem, &tids(pid))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        for (tid, expected) in &parked.expected {
+            let t = threads
+                .iter()
+                .find(|t| t.tid == Some(*tid))
+                .unwrap_or_else(|| panic!("{what}: no thread state for thread {tid}"));
+            assert!(!t.cut, "{what}: thread {tid} cut");
+            let read: Vec<(String, i32)> = t
+                .runs
+                .iter()
+                .flat_map(|r| &r.frames)
+                .map(|f| {
+                    let code = CodeInfo::read(&mem, &interp.layout, f.code)
+                        .unwrap_or_else(|e| panic!("{what}: code object at {:#x}: {e}", f.code));
+                    let line = code.line(&interp.layout, f.instr).unwrap_or(-1);
+                    (code.name, line)
+                })
+                .collect();
+            assert_eq!(&read, expected, "{what}: thread {tid}");
+            check_runs(&what, &interp, &t.runs, expected);
+        }
+    }
+}
+
+/// Runs: one per eval-loop call. 3.8–3.10 call it once per frame; 3.11+
+/// run a plain Python call in the caller's call, but a call through C
+/// (`map`) starts a new one, and each run is marked by an address in its
+/// call's native frame: innermost lowest (the stack grows down).
+fn check_runs(
+    what: &str,
+    interp: &Interpreter,
+    runs: &[flamerec_python::Run],
+    expected: &[(String, i32)],
+) {
+    let names: Vec<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+    match interp.layout.model {
+        FrameModel::Objects { .. } => {
+            assert!(runs.iter().all(|r| r.frames.len() == 1), "{what}: {runs:?}");
+        }
+        _ => {
+            let markers: Vec<u64> = runs.iter().map(|r| r.marker.expect("a marker")).collect();
+            assert!(
+                markers.windows(2).all(|w| w[0] < w[1]),
+                "{what}: markers not in stack order: {markers:x?}"
+            );
+            if names.first() == Some(&"park") && names.contains(&"descend") {
+                // park and the four descends run in the caller's call.
+                assert!(runs[0].frames.len() >= 5, "{what}: {:?}", runs[0]);
+            }
+            if names.contains(&"through_map") {
+                // Three calls through map, each a new eval-loop call, and
+                // the thread's own.
+                assert!(
+                    runs.len() >= 4,
+                    "{what}: one run per level through map: {runs:?}"
+                );
+            }
+        }
+    }
+}
