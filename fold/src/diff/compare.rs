@@ -1,5 +1,6 @@
 //! The per-function comparison of two sides: shares and CPU times per run,
-//! their changes with intervals, verdicts, the gate, ordering, filtering.
+//! their changes with intervals, verdicts, the gate, ordering, filtering;
+//! and the call paths whose time grew (found by `paths`, judged here).
 //! It owns what a function's self and total weight are for folded stacks
 //! (the same definition as `crate::profile` uses for recordings, over the
 //! program's samples: see `tally`) and does no I/O.
@@ -7,6 +8,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 
+use super::paths::{PathTree, MAX_PATH_FRAMES};
 use super::stats::{Counts, Interval, Noise, SideRuns};
 use super::tally::{tally, Tally, Weights};
 use super::{Side, SideKind};
@@ -183,13 +185,17 @@ pub struct ProgramTime {
     pub change: Interval,
 }
 
-/// Two profiles compared function by function.
+/// Two profiles compared function by function, and by call path.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diff {
-    /// Total weight of BASE, all runs (samples, or ns for off-CPU recordings).
-    pub base_samples: u64,
-    /// Total weight of NEW.
-    pub new_samples: u64,
+    /// Total weight of BASE, all runs, in `weight_unit` (samples, or
+    /// blocked nanoseconds for off-CPU recordings): not a count of samples
+    /// unless the unit says so.
+    pub base_weight: u64,
+    /// Total weight of NEW, in `weight_unit`.
+    pub new_weight: u64,
+    /// What a unit of weight is: `samples`, or `ns` (time blocked, off-CPU).
+    pub weight_unit: String,
     /// Runs compared on each side.
     pub base_runs: usize,
     /// Runs of NEW.
@@ -211,11 +217,71 @@ pub struct Diff {
     /// Every function of either side, largest total change first (then
     /// largest self change, name, module).
     pub functions: Vec<FunctionDiff>,
+    /// The call paths whose time (share, without time) grew beyond noise,
+    /// each the shortest that carries its change, largest growth first.
+    pub paths: Vec<PathDiff>,
+}
+
+/// A call path whose time grew beyond noise: the samples whose stack ends
+/// with `frames`, compared like a function's total.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathDiff {
+    /// Outermost caller first, the frame where the time went last.
+    pub frames: Vec<String>,
+    /// Share of BASE's program samples, percent.
+    pub base_pct: f64,
+    /// Share of NEW's program samples, percent.
+    pub new_pct: f64,
+    /// Mean time per run in BASE, ns, when both sides have time.
+    pub base_ns: Option<f64>,
+    /// Mean time per run in NEW, ns.
+    pub new_ns: Option<f64>,
+    /// Change of its time in percent, with its 99% interval.
+    pub time_change: Option<Interval>,
+    /// Change of its share in points, with its 99% interval.
+    pub share_change: Interval,
+}
+
+impl PathDiff {
+    /// `caller → … → leaf`.
+    pub fn name(&self) -> String {
+        self.frames.join(" → ")
+    }
+
+    /// Whether `function` is one of its frames.
+    pub fn contains(&self, function: &str) -> bool {
+        self.frames.iter().any(|f| f == function)
+    }
+
+    /// Added time per run in ns (NEW − BASE), when known.
+    pub fn added_ns(&self) -> Option<f64> {
+        Some(self.new_ns? - self.base_ns?)
+    }
+
+    fn growth(&self) -> f64 {
+        self.added_ns().unwrap_or(self.share_change.estimate)
+    }
+}
+
+/// One thing the gate names: a tripped function, or the call path that
+/// carries its growth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding<'a> {
+    /// The first function of the tripped group.
+    pub function: &'a FunctionDiff,
+    /// Its name.
+    pub name: String,
+    /// How many more functions have the same samples.
+    pub more: usize,
+    /// The grown call path through it, named instead when there is one.
+    pub path: Option<&'a PathDiff>,
 }
 
 /// One side, tallied per run.
 struct Tallied {
     runs: Vec<Tally>,
+    /// The program's weight in each run.
+    program: Vec<u64>,
     /// Effective samples per unit of weight, per run.
     samples_per_weight: Vec<f64>,
     /// Nanoseconds per unit of weight, per run (`None`: no time).
@@ -243,43 +309,36 @@ impl Tallied {
             .collect();
         let ns_per_weight = side.runs.iter().map(|r| r.ns_per_weight).collect();
         Tallied {
+            program: runs.iter().map(|t| t.program).collect(),
             runs,
             samples_per_weight,
             ns_per_weight,
         }
     }
 
-    fn program_samples(&self) -> f64 {
-        self.runs
-            .iter()
+    /// `f` of each run.
+    fn per_run(&self, f: &dyn Fn(&Tally) -> u64) -> Vec<u64> {
+        self.runs.iter().map(f).collect()
+    }
+
+    /// Effective samples of per-run weights `w`, summed over the runs.
+    fn samples_of(&self, w: &[u64]) -> f64 {
+        w.iter()
             .zip(&self.samples_per_weight)
-            .map(|(t, s)| t.program as f64 * s)
+            .map(|(w, s)| *w as f64 * s)
             .sum()
     }
 
-    fn weight_of(&self, f: &dyn Fn(&Tally) -> u64) -> u64 {
-        self.runs.iter().fold(0u64, |a, t| a.saturating_add(f(t)))
-    }
-
-    /// Effective samples of `w(run)` summed over the runs.
-    fn samples_of(&self, w: &dyn Fn(&Tally) -> u64) -> f64 {
-        self.runs
-            .iter()
-            .zip(&self.samples_per_weight)
-            .map(|(t, s)| w(t) as f64 * s)
-            .sum()
-    }
-
-    /// Mean time per run of `w(run)`, in ns.
-    fn time_of(&self, w: &dyn Fn(&Tally) -> u64) -> Option<f64> {
+    /// Mean time per run of per-run weights `w`, in ns.
+    fn time_of(&self, w: &[u64]) -> Option<f64> {
         let ns = self.ns_per_weight.as_ref()?;
-        let sum: f64 = self.runs.iter().zip(ns).map(|(t, n)| w(t) as f64 * n).sum();
+        let sum: f64 = w.iter().zip(ns).map(|(w, n)| *w as f64 * n).sum();
         Some(sum / self.runs.len().max(1) as f64)
     }
 
-    fn counts(&self, w: &dyn Fn(&Tally) -> u64) -> Counts {
-        let program = self.program_samples();
-        let ns_per_sample = match self.time_of(&|t| t.program) {
+    fn counts(&self, w: &[u64]) -> Counts {
+        let program = self.samples_of(&self.program);
+        let ns_per_sample = match self.time_of(&self.program) {
             Some(t) if program > 0.0 => t * self.runs.len() as f64 / program,
             _ => 1.0,
         };
@@ -291,35 +350,37 @@ impl Tallied {
         }
     }
 
-    /// The per-run numbers [`Noise::measure`] needs, for `names`.
-    fn side_runs(&self, names: &[&String]) -> SideRuns {
+    /// The per-run numbers [`Noise::measure`] needs: the program's totals,
+    /// and the samples split by leaf, then by call paths of 2, 3, … frames
+    /// (runs `range` of `tree`).
+    fn side_runs(&self, tree: &PathTree, range: std::ops::Range<usize>) -> SideRuns {
         let totals = self
-            .runs
+            .program
             .iter()
             .enumerate()
-            .map(|(i, t)| {
-                let samples = t.program as f64 * self.samples_per_weight[i];
+            .map(|(i, &w)| {
+                let samples = w as f64 * self.samples_per_weight[i];
                 let time = match &self.ns_per_weight {
-                    Some(ns) => t.program as f64 * ns[i],
+                    Some(ns) => w as f64 * ns[i],
                     None => samples,
                 };
                 (time, samples)
             })
             .collect();
-        let per_function = names
-            .iter()
-            .map(|name| {
-                self.runs
+        let partitions = (1..=MAX_PATH_FRAMES)
+            .map(|depth| {
+                tree.partition(depth, range.clone())
                     .iter()
-                    .zip(&self.samples_per_weight)
-                    .map(|(t, s)| t.functions.get(*name).map_or(0.0, |w| w.self_w as f64 * s))
+                    .map(|runs| {
+                        runs.iter()
+                            .zip(&self.samples_per_weight)
+                            .map(|(w, s)| *w as f64 * s)
+                            .collect()
+                    })
                     .collect()
             })
             .collect();
-        SideRuns {
-            totals,
-            per_function,
-        }
+        SideRuns { totals, partitions }
     }
 }
 
@@ -342,22 +403,29 @@ impl Diff {
             .flat_map(|t| t.functions.keys())
             .collect();
         let names: Vec<&String> = names.into_iter().collect();
+        let all_runs: Vec<&[(String, u64)]> = base
+            .runs
+            .iter()
+            .chain(&new.runs)
+            .map(|r| r.stacks.as_slice())
+            .collect();
+        let tree = PathTree::new(&all_runs, opts.keep_interrupts);
+        let (b_runs, n_runs) = (0..b.runs.len(), b.runs.len()..all_runs.len());
         let noise = Noise::measure(
-            [&b.side_runs(&names), &n.side_runs(&names)],
+            [
+                &b.side_runs(&tree, b_runs.clone()),
+                &n.side_runs(&tree, n_runs.clone()),
+            ],
             opts.assumed_run_spread,
         );
         let labels = module_labels([base, new]);
 
-        let program = |s: &Tallied| s.weight_of(&|t| t.program);
-        let (bp, np) = (program(&b), program(&n));
-        let time = timed.then(|| {
-            let bc = b.counts(&|t| t.program);
-            let nc = n.counts(&|t| t.program);
-            ProgramTime {
-                base_ns: b.time_of(&|t| t.program).unwrap_or(0.0),
-                new_ns: n.time_of(&|t| t.program).unwrap_or(0.0),
-                change: noise.time_change(&bc, &nc),
-            }
+        let sum = |w: &[u64]| w.iter().fold(0u64, |a, x| a.saturating_add(*x));
+        let (bp, np) = (sum(&b.program), sum(&n.program));
+        let time = timed.then(|| ProgramTime {
+            base_ns: b.time_of(&b.program).unwrap_or(0.0),
+            new_ns: n.time_of(&n.program).unwrap_or(0.0),
+            change: noise.time_change(&b.counts(&b.program), &n.counts(&n.program)),
         });
 
         let mut functions: Vec<FunctionDiff> = names
@@ -365,13 +433,15 @@ impl Diff {
             .map(|name| {
                 let self_w = |t: &Tally| weights(t, name).self_w;
                 let total_w = |t: &Tally| weights(t, name).total_w;
-                let b_shares = shares(b.weight_of(&self_w), b.weight_of(&total_w), bp);
-                let n_shares = shares(n.weight_of(&self_w), n.weight_of(&total_w), np);
-                let (bc, nc) = (b.counts(&total_w), n.counts(&total_w));
-                let times = |s: &Tallied| -> Option<Times> {
+                let (b_self, b_total) = (b.per_run(&self_w), b.per_run(&total_w));
+                let (n_self, n_total) = (n.per_run(&self_w), n.per_run(&total_w));
+                let b_shares = shares(sum(&b_self), sum(&b_total), bp);
+                let n_shares = shares(sum(&n_self), sum(&n_total), np);
+                let (bc, nc) = (b.counts(&b_total), n.counts(&n_total));
+                let times = |s: &Tallied, own: &[u64], total: &[u64]| -> Option<Times> {
                     Some(Times {
-                        self_ns: s.time_of(&self_w)?,
-                        total_ns: s.time_of(&total_w)?,
+                        self_ns: s.time_of(own)?,
+                        total_ns: s.time_of(total)?,
                     })
                 };
                 let time_change = timed.then(|| noise.time_change(&bc, &nc));
@@ -392,8 +462,16 @@ impl Diff {
                     new: n_shares,
                     self_delta_pct: n_shares.self_pct - b_shares.self_pct,
                     total_delta_pct: n_shares.total_pct - b_shares.total_pct,
-                    base_time: if timed { times(&b) } else { None },
-                    new_time: if timed { times(&n) } else { None },
+                    base_time: if timed {
+                        times(&b, &b_self, &b_total)
+                    } else {
+                        None
+                    },
+                    new_time: if timed {
+                        times(&n, &n_self, &n_total)
+                    } else {
+                        None
+                    },
                     time_change,
                     share_change,
                     verdict,
@@ -415,6 +493,38 @@ impl Diff {
                 .then_with(|| a.module.cmp(&b.module))
         });
 
+        // A path grew as a function does: by time when both sides have it.
+        let judge = |bw: &[u64], nw: &[u64]| {
+            let (bc, nc) = (b.counts(bw), n.counts(nw));
+            let time_change = timed.then(|| noise.time_change(&bc, &nc));
+            (time_change, noise.share_change(&bc, &nc))
+        };
+        let grew = |bw: &[u64], nw: &[u64]| {
+            let (time, share) = judge(bw, nw);
+            time.unwrap_or(share).grew()
+        };
+        let mut paths: Vec<PathDiff> = tree
+            .grown(b_runs.clone(), n_runs.clone(), &grew)
+            .into_iter()
+            .map(|node| {
+                let (bw, nw) = (
+                    tree.weights(node, b_runs.clone()),
+                    tree.weights(node, n_runs.clone()),
+                );
+                let (time_change, share_change) = judge(&bw, &nw);
+                PathDiff {
+                    frames: tree.frames(node),
+                    base_pct: shares(sum(&bw), 0, bp).self_pct,
+                    new_pct: shares(sum(&nw), 0, np).self_pct,
+                    base_ns: if timed { b.time_of(&bw) } else { None },
+                    new_ns: if timed { n.time_of(&nw) } else { None },
+                    time_change,
+                    share_change,
+                }
+            })
+            .collect();
+        paths.sort_by(|a, b| desc(a.growth(), b.growth()).then_with(|| a.frames.cmp(&b.frames)));
+
         let pct_of = |part: u64, whole: u64| {
             if whole == 0 {
                 0.0
@@ -423,25 +533,60 @@ impl Diff {
             }
         };
         let (bt, nt) = (base.total(), new.total());
+        let machine = |s: &Tallied| sum(&s.per_run(&|t| t.machine));
         Diff {
-            base_samples: bt,
-            new_samples: nt,
+            base_weight: bt,
+            new_weight: nt,
+            weight_unit: base.weight_unit.clone(),
             base_runs: base.runs.len(),
             new_runs: new.runs.len(),
-            base_interrupt_pct: pct_of(b.weight_of(&|t| t.machine), bt),
-            new_interrupt_pct: pct_of(n.weight_of(&|t| t.machine), nt),
+            base_interrupt_pct: pct_of(machine(&b), bt),
+            new_interrupt_pct: pct_of(machine(&n), nt),
             time,
             noise,
             gate: opts.gate,
             notes: notes(base, new, timed, &noise, opts),
             functions,
+            paths,
         }
     }
 
-    /// Leaves out functions whose total share is below `pct` on both sides.
+    /// The call path that names `function` best in a finding: the largest
+    /// grown path through it, if any.
+    pub fn path_of(&self, function: &str) -> Option<&PathDiff> {
+        self.paths.iter().find(|p| p.contains(function))
+    }
+
+    /// What the gate names, in the order of [`Diff::tripped`]: each group of
+    /// tripped functions with the same samples (a chain of callers is one),
+    /// by the grown call path through it when there is one (`compute_hash →
+    /// work` rather than `compute_hash`), a path that carries several
+    /// groups named once.
+    pub fn findings(&self) -> Vec<Finding<'_>> {
+        let tripped = self.tripped();
+        let mut out: Vec<Finding> = Vec::new();
+        for group in same_samples_groups(&tripped) {
+            let path = group.iter().find_map(|f| self.path_of(&f.name));
+            if path.is_some() && out.iter().any(|f| f.path == path) {
+                continue;
+            }
+            let (name, more) = group_name(&group);
+            out.push(Finding {
+                function: group[0],
+                name,
+                more,
+                path,
+            });
+        }
+        out
+    }
+
+    /// Leaves out functions and call paths whose total share is below `pct`
+    /// on both sides.
     pub fn retain_min_share(&mut self, pct: f64) {
         self.functions
             .retain(|f| f.base.total_pct >= pct || f.new.total_pct >= pct);
+        self.paths.retain(|p| p.base_pct >= pct || p.new_pct >= pct);
     }
 
     /// Functions that trip the gate, where the time went first (see
@@ -630,6 +775,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::diff::DispersionBasis;
     use crate::FunctionStats;
 
     fn side(text: &str) -> Side {
@@ -668,7 +814,7 @@ mod tests {
         let base = side("p;main;run;a 50\np;main;run;b 30\np;main;run 10\np;main;c 10\n");
         let new = side("p;main;run;a 60\np;main;run;b 60\np;main;run 40\np;main;c 40\n");
         let d = Diff::new(&base, &new);
-        assert_eq!((d.base_samples, d.new_samples), (100, 200));
+        assert_eq!((d.base_weight, d.new_weight), (100, 200));
         check(get(&d, "main"), (0.0, 100.0), (0.0, 100.0));
         check(get(&d, "run"), (10.0, 90.0), (20.0, 80.0));
         check(get(&d, "a"), (50.0, 50.0), (30.0, 30.0));
@@ -736,7 +882,7 @@ mod tests {
     #[test]
     fn empty_sides_give_zero_shares_not_nan() {
         let d = Diff::new(&side(""), &side("p;a 3\n"));
-        assert_eq!(d.base_samples, 0);
+        assert_eq!(d.base_weight, 0);
         check(get(&d, "a"), (0.0, 0.0), (100.0, 100.0));
         let d = Diff::new(&side(""), &side(""));
         assert!(d.functions.is_empty());
@@ -785,7 +931,7 @@ mod tests {
         assert_eq!(base.stacks, vec![("p;a".into(), 91), ("p;b".into(), 209)]);
         let d = Diff::new(&base, &runs(&["p;a 31\np;b 69\n"]));
         assert_eq!((d.base_runs, d.new_runs), (3, 1));
-        assert_eq!(d.base_samples, 300);
+        assert_eq!(d.base_weight, 300);
         // Folded text: no time, shares only, and a note says so.
         assert!(d.time.is_none());
         assert!(get(&d, "a").time_change.is_none());
@@ -870,5 +1016,56 @@ mod tests {
         let d = Diff::compare(&base, &new, &gate);
         let names: Vec<&str> = d.tripped().iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["leaf", "run"]);
+    }
+
+    /// The program of issue 39: four callers share one leaf, `work`, and
+    /// `compute_hash` calls it 20% more in NEW. Three runs a side.
+    fn shared_leaf(hash: u64, jitter: &[i64]) -> Side {
+        let texts: Vec<String> = jitter
+            .iter()
+            .map(|j| {
+                format!(
+                    "p;main;parse_input;work {}\np;main;compute_hash;work {}\n\
+                     p;main;render;work {}\np;main;log;work 200\n",
+                    4900 + j,
+                    hash as i64 - j,
+                    2000 + j
+                )
+            })
+            .collect();
+        Side::merge(texts.iter().map(|t| side(t)).collect())
+    }
+
+    #[test]
+    fn one_shared_leaf_is_named_by_the_caller_path_that_grew() {
+        let gate = DiffOptions {
+            gate: Gate {
+                share_pts: Some(2.0),
+                time_pct: None,
+            },
+            ..DiffOptions::default()
+        };
+        let base = shared_leaf(2900, &[0, 40, -40]);
+        let new = shared_leaf(3480, &[20, -30, 10]);
+        let d = Diff::compare(&base, &new, &gate);
+        // One leaf: the runs' spread is measured over the callers' paths.
+        assert_eq!(
+            d.noise.basis,
+            DispersionBasis::CallPaths(2),
+            "{:?}",
+            d.noise
+        );
+        assert!(d.noise.dispersion_df.is_some());
+        let paths: Vec<String> = d.paths.iter().map(PathDiff::name).collect();
+        assert_eq!(paths, ["compute_hash → work"]);
+        let findings: Vec<Option<String>> = d
+            .findings()
+            .iter()
+            .map(|f| f.path.map(PathDiff::name))
+            .collect();
+        assert_eq!(findings, [Some("compute_hash → work".to_string())]);
+        // One run a side: nothing measures it, and the basis says why.
+        let d = Diff::new(&shared_leaf(2900, &[0]), &shared_leaf(3480, &[0]));
+        assert_eq!(d.noise.basis, DispersionBasis::OneRun);
     }
 }

@@ -53,6 +53,7 @@
 
 mod compare;
 mod folded;
+mod paths;
 mod report;
 mod stats;
 mod svg;
@@ -68,11 +69,11 @@ use thiserror::Error;
 use crate::{FoldError, FoldOptions, FunctionStats, Profile};
 
 pub use compare::{
-    group_name, same_samples_groups, Diff, DiffOptions, FunctionDiff, Gate, ProgramTime, Shares,
-    Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
+    group_name, same_samples_groups, Diff, DiffOptions, Finding, FunctionDiff, Gate, PathDiff,
+    ProgramTime, Shares, Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
 };
 pub use report::{write_diff_json, write_diff_markdown, MarkdownOptions, DIFF_SCHEMA};
-pub use stats::{Interval, Noise, CONFIDENCE_PCT};
+pub use stats::{DispersionBasis, Interval, Noise, CONFIDENCE_PCT};
 pub use svg::{write_diff_svg, SvgOptions};
 pub use tally::is_interrupt_entry;
 

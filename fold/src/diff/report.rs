@@ -9,12 +9,13 @@ use std::io::{self, BufWriter, Write};
 use serde::Serialize;
 
 use super::compare::{by_growth, group_name, same_samples_groups};
-use super::stats::CONFIDENCE_PCT;
-use super::{Diff, FunctionDiff, Interval, Trip, Verdict};
+use super::stats::{DispersionBasis, CONFIDENCE_PCT};
+use super::{Diff, FunctionDiff, Interval, PathDiff, Trip, Verdict};
 
 /// Schema name of the diff JSON. Fields added since its first version
-/// (runs, times, intervals, verdicts, the gate, noise, notes) are additive:
-/// a reader of the first version reads this one.
+/// (runs, times, intervals, verdicts, the gate, noise, notes, the weight's
+/// unit, call paths) are additive: a reader of the first version reads
+/// this one.
 pub const DIFF_SCHEMA: &str = "flamerec-diff/1";
 
 /// Changes smaller than this (in points) are not listed as regressions or
@@ -29,8 +30,9 @@ const RESOLUTION_ROWS: usize = 5;
 pub fn write_diff_json<W: Write>(diff: &Diff, out: W) -> io::Result<()> {
     let doc = Json {
         schema: DIFF_SCHEMA,
-        base_samples: diff.base_samples,
-        new_samples: diff.new_samples,
+        base_samples: diff.base_weight,
+        new_samples: diff.new_weight,
+        weight_unit: &diff.weight_unit,
         base_runs: diff.base_runs,
         new_runs: diff.new_runs,
         confidence_pct: CONFIDENCE_PCT,
@@ -46,6 +48,16 @@ pub fn write_diff_json<W: Write>(diff: &Diff, out: W) -> io::Result<()> {
         noise: JsonNoise {
             dispersion: diff.noise.dispersion,
             dispersion_measured: diff.noise.dispersion_df.is_some(),
+            dispersion_over: match diff.noise.basis {
+                DispersionBasis::Leaves => Some("leaves"),
+                DispersionBasis::CallPaths(_) => Some("call_paths"),
+                DispersionBasis::OneRun | DispersionBasis::OneCategory => None,
+            },
+            dispersion_frames: match diff.noise.basis {
+                DispersionBasis::Leaves => Some(1),
+                DispersionBasis::CallPaths(n) => Some(n),
+                DispersionBasis::OneRun | DispersionBasis::OneCategory => None,
+            },
             run_spread_pct: diff.noise.run_spread * 100.0,
             run_spread_measured: diff.noise.run_spread_df.is_some(),
         },
@@ -86,6 +98,23 @@ pub fn write_diff_json<W: Write>(diff: &Diff, out: W) -> io::Result<()> {
                 detectable_share_pts: f.detectable_share_pts,
             })
             .collect(),
+        paths: diff
+            .paths
+            .iter()
+            .map(|p| JsonPath {
+                frames: &p.frames,
+                base: JsonPathSide {
+                    total_pct: p.base_pct,
+                    total_ns: p.base_ns,
+                },
+                new: JsonPathSide {
+                    total_pct: p.new_pct,
+                    total_ns: p.new_ns,
+                },
+                time_change_pct: p.time_change.map(Into::into),
+                share_change_pts: p.share_change.into(),
+            })
+            .collect(),
     };
     let mut out = BufWriter::new(out);
     serde_json::to_writer(&mut out, &doc)?;
@@ -96,8 +125,10 @@ pub fn write_diff_json<W: Write>(diff: &Diff, out: W) -> io::Result<()> {
 #[derive(Serialize)]
 struct Json<'a> {
     schema: &'static str,
+    /// The total weight, in `weight_unit` (named in the first version).
     base_samples: u64,
     new_samples: u64,
+    weight_unit: &'a str,
     base_runs: usize,
     new_runs: usize,
     confidence_pct: f64,
@@ -107,6 +138,22 @@ struct Json<'a> {
     gate: JsonGate<'a>,
     notes: &'a [String],
     functions: Vec<JsonFunction<'a>>,
+    paths: Vec<JsonPath<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonPath<'a> {
+    frames: &'a [String],
+    base: JsonPathSide,
+    new: JsonPathSide,
+    time_change_pct: Option<JsonInterval>,
+    share_change_pts: JsonInterval,
+}
+
+#[derive(Serialize)]
+struct JsonPathSide {
+    total_pct: f64,
+    total_ns: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -126,6 +173,8 @@ struct JsonInterrupts {
 struct JsonNoise {
     dispersion: f64,
     dispersion_measured: bool,
+    dispersion_over: Option<&'static str>,
+    dispersion_frames: Option<usize>,
     run_spread_pct: f64,
     run_spread_measured: bool,
 }
@@ -189,6 +238,9 @@ pub struct MarkdownOptions {
     pub top: usize,
     /// The `--min-share` threshold, if any, so the report says what was left out.
     pub min_share: Option<f64>,
+    /// Every row: no cap at `top`, and rows within noise and below the
+    /// resolution not folded into one line.
+    pub all_rows: bool,
 }
 
 impl Default for MarkdownOptions {
@@ -198,14 +250,17 @@ impl Default for MarkdownOptions {
             new_label: "NEW".to_string(),
             top: 10,
             min_share: None,
+            all_rows: false,
         }
     }
 }
 
 /// Writes a Markdown report: the program's time, the gate's verdict (with
-/// thresholds), the top regressions and improvements with their intervals
-/// and verdicts, the comparison's resolution for its largest functions, the
-/// samples left to the machine, and notes on the method's inputs.
+/// thresholds, naming the call path that carries each growth), the call
+/// paths that grew, the top regressions and improvements with their
+/// intervals and verdicts, the comparison's resolution for its largest
+/// functions, the samples left to the machine, and notes on the method's
+/// inputs.
 pub fn write_diff_markdown<W: Write>(
     diff: &Diff,
     opts: &MarkdownOptions,
@@ -213,22 +268,24 @@ pub fn write_diff_markdown<W: Write>(
 ) -> io::Result<()> {
     let mut out = BufWriter::new(out);
     let timed = diff.time.is_some();
+    let words = Words::of(diff);
     writeln!(out, "## flamerec diff")?;
     writeln!(out)?;
     writeln!(
         out,
-        "**Base** {} ({}, {} samples) → **new** {} ({}, {} samples).",
+        "**Base** {} ({}, {}) → **new** {} ({}, {}).",
         code(&opts.base_label),
         plural(diff.base_runs, "run"),
-        thousands(diff.base_samples),
+        words.amount(diff.base_weight),
         code(&opts.new_label),
         plural(diff.new_runs, "run"),
-        thousands(diff.new_samples),
+        words.amount(diff.new_weight),
     )?;
     if let Some(t) = &diff.time {
         writeln!(
             out,
-            "CPU time of the program per run: {} → {} (**{}**, {CONFIDENCE_PCT}% interval {}).",
+            "{} per run: {} → {} (**{}**, {CONFIDENCE_PCT}% interval {}).",
+            words.program_time,
             seconds(t.base_ns),
             seconds(t.new_ns),
             signed_pct(t.change.estimate),
@@ -237,8 +294,9 @@ pub fn write_diff_markdown<W: Write>(
     }
     writeln!(
         out,
-        "Shares are percent of each side's program samples; share changes are in points; \
-         intervals are {CONFIDENCE_PCT}%."
+        "Shares are percent of {}; share changes are in points; intervals are \
+         {CONFIDENCE_PCT}%.",
+        words.shares_of
     )?;
     if let Some(min) = opts.min_share {
         writeln!(out, "Functions under {min}% on both sides are left out.")?;
@@ -254,9 +312,13 @@ pub fn write_diff_markdown<W: Write>(
                 "✅ No function grew beyond noise and above the thresholds ({limits})."
             )?;
         } else {
-            let names: Vec<String> = same_samples_groups(&tripped)
+            let names: Vec<String> = diff
+                .findings()
                 .iter()
-                .map(|g| grouped_name(g))
+                .map(|f| match f.path {
+                    Some(p) => code(&p.name()),
+                    None => grouped(&f.name, f.more),
+                })
                 .collect();
             writeln!(
                 out,
@@ -267,6 +329,7 @@ pub fn write_diff_markdown<W: Write>(
         }
         writeln!(out)?;
     }
+    paths(&mut out, diff, opts, timed)?;
 
     let grew = |f: &FunctionDiff| match f.added_ns() {
         Some(ns) => ns > 0.0,
@@ -289,16 +352,10 @@ pub fn write_diff_markdown<W: Write>(
     let what = if timed { "time" } else { "total share" };
     writeln!(out, "### Regressions ({what} grew)")?;
     writeln!(out)?;
-    table(&mut out, &regressions, opts.top, timed, "No function grew.")?;
+    table(&mut out, &regressions, opts, timed, "No function grew.")?;
     writeln!(out, "### Improvements ({what} shrank)")?;
     writeln!(out)?;
-    table(
-        &mut out,
-        &improvements,
-        opts.top,
-        timed,
-        "No function shrank.",
-    )?;
+    table(&mut out, &improvements, opts, timed, "No function shrank.")?;
     resolution(&mut out, diff, timed)?;
 
     if diff.base_interrupt_pct > 0.0 || diff.new_interrupt_pct > 0.0 {
@@ -316,6 +373,42 @@ pub fn write_diff_markdown<W: Write>(
         writeln!(out)?;
     }
     out.flush()
+}
+
+/// How the report words a diff's weights: samples and CPU time, or time
+/// blocked (off-CPU recordings, whose weights are nanoseconds).
+struct Words {
+    unit: String,
+    program_time: &'static str,
+    shares_of: &'static str,
+}
+
+impl Words {
+    fn of(diff: &Diff) -> Words {
+        let blocked = diff.weight_unit == "ns";
+        Words {
+            unit: diff.weight_unit.clone(),
+            program_time: if blocked {
+                "Time the program spent blocked"
+            } else {
+                "CPU time of the program"
+            },
+            shares_of: if blocked {
+                "each side's time blocked"
+            } else {
+                "each side's program samples"
+            },
+        }
+    }
+
+    /// A side's total weight: `3,000 samples`, `804.4 ms blocked`.
+    fn amount(&self, weight: u64) -> String {
+        match self.unit.as_str() {
+            "ns" => format!("{} blocked", seconds(weight as f64)),
+            "samples" | "" => format!("{} samples", thousands(weight)),
+            unit => format!("{} {unit}", thousands(weight)),
+        }
+    }
 }
 
 /// Tripping first, then changes beyond noise, then the rest.
@@ -338,10 +431,86 @@ fn thresholds(diff: &Diff) -> String {
     parts.join(", ")
 }
 
+/// The call paths that grew, largest growth first; nothing when none did.
+fn paths<W: Write>(
+    out: &mut W,
+    diff: &Diff,
+    opts: &MarkdownOptions,
+    timed: bool,
+) -> io::Result<()> {
+    if diff.paths.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "### Call paths that grew")?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Each path runs from the caller whose time grew to the frame where the time went, the \
+         shortest that carries the growth:"
+    )?;
+    writeln!(out)?;
+    if timed {
+        writeln!(
+            out,
+            "| call path | base time | new time | Δ time ({CONFIDENCE_PCT}% interval) | Δ share |"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "| call path | base share | new share | Δ share ({CONFIDENCE_PCT}% interval) |"
+        )?;
+    }
+    writeln!(out, "|:--|--:|--:|--:|{}", if timed { "--:|" } else { "" })?;
+    let shown: Vec<&PathDiff> = diff.paths.iter().collect();
+    let cap = if opts.all_rows { shown.len() } else { opts.top };
+    for p in shown.iter().take(cap) {
+        let name = code(&p.name());
+        match (p.base_ns, p.new_ns, p.time_change) {
+            (Some(b), Some(n), Some(c)) if timed => writeln!(
+                out,
+                "| {name} | {} | {} | **{}** ({}) | {:+.2} |",
+                seconds(b),
+                seconds(n),
+                signed_pct(c.estimate),
+                range(&c, ""),
+                p.share_change.estimate,
+            )?,
+            _ => writeln!(
+                out,
+                "| {name} | {:.2}% | {:.2}% | **{:+.2}** ({}) |",
+                p.base_pct,
+                p.new_pct,
+                p.share_change.estimate,
+                range(&p.share_change, ""),
+            )?,
+        }
+    }
+    if shown.len() > cap {
+        writeln!(out)?;
+        writeln!(out, "_… and {} more._", shown.len() - cap)?;
+    }
+    writeln!(out)
+}
+
+/// Whether a row says nothing a reader needs: its interval holds zero, it
+/// trips nothing, and a change as large as the function itself would be
+/// within noise — the smallest time growth this comparison catches for it
+/// is +100% or more; without time, its share's interval is wider than its
+/// share.
+fn below_resolution(f: &FunctionDiff, timed: bool) -> bool {
+    if f.verdict != Verdict::Noise || f.trips.is_some() {
+        return false;
+    }
+    match f.detectable_time_pct {
+        Some(t) if timed => t >= 100.0,
+        _ => f.share_change.high - f.share_change.estimate >= f.base.total_pct.max(f.new.total_pct),
+    }
+}
+
 fn table<W: Write>(
     out: &mut W,
     rows: &[&FunctionDiff],
-    top: usize,
+    opts: &MarkdownOptions,
     timed: bool,
     none: &str,
 ) -> io::Result<()> {
@@ -349,7 +518,14 @@ fn table<W: Write>(
         writeln!(out, "_{none}_")?;
         return writeln!(out);
     }
-    if timed {
+    // Functions with the same samples (a chain of callers) are one row.
+    let groups = same_samples_groups(rows);
+    let (shown, folded): (Vec<_>, Vec<_>) = groups
+        .into_iter()
+        .partition(|g| opts.all_rows || !below_resolution(g[0], timed));
+    if shown.is_empty() {
+        writeln!(out, "_{none} beyond the resolution._")?;
+    } else if timed {
         writeln!(
             out,
             "| function | module | base time | new time | Δ time ({CONFIDENCE_PCT}% interval) | Δ share | verdict |"
@@ -362,13 +538,11 @@ fn table<W: Write>(
         )?;
         writeln!(out, "|:--|:--|--:|--:|--:|--:|:--|")?;
     }
-    // Functions with the same samples (a chain of callers) are one row.
-    let shown: Vec<(&FunctionDiff, String)> = same_samples_groups(rows)
-        .into_iter()
-        .map(|g| (g[0], grouped_name(&g)))
-        .collect();
     let total = shown.len();
-    for (f, name) in shown.into_iter().take(top) {
+    let cap = if opts.all_rows { total } else { opts.top };
+    for g in shown.iter().take(cap) {
+        let f = g[0];
+        let name = grouped_name(g);
         let mark = if f.is_new() {
             " *(new)*"
         } else if f.vanished() {
@@ -406,20 +580,42 @@ fn table<W: Write>(
             )?,
         }
     }
-    if total > top {
+    if total > cap {
         writeln!(out)?;
-        writeln!(out, "_… and {} more._", total - top)?;
+        writeln!(out, "_… and {} more._", total - cap)?;
+    }
+    if !folded.is_empty() {
+        // Self shares split the samples (one leaf each): they add up.
+        let share: f64 = folded
+            .iter()
+            .flatten()
+            .map(|f| f.base.self_pct.max(f.new.self_pct))
+            .sum();
+        writeln!(out)?;
+        writeln!(
+            out,
+            "_{}, all within noise and below the resolution, together {} of the program \
+             (`--all-rows` lists them)._",
+            plural(folded.iter().map(|g| g.len()).sum(), "more function"),
+            small_pct(share)
+        )?;
     }
     writeln!(out)
 }
 
 /// A group of functions with the same samples, as a row name.
 fn grouped_name(group: &[&FunctionDiff]) -> String {
-    match group_name(group) {
-        (name, 0) => code(&name),
-        (name, more) => format!(
+    let (name, more) = group_name(group);
+    grouped(&name, more)
+}
+
+/// `name`, and how many more functions have the same samples.
+fn grouped(name: &str, more: usize) -> String {
+    match more {
+        0 => code(name),
+        more => format!(
             "{} _(and {} with the same samples)_",
-            code(&name),
+            code(name),
             plural(more, "function")
         ),
     }
@@ -484,36 +680,57 @@ fn resolution<W: Write>(out: &mut W, diff: &Diff, timed: bool) -> io::Result<()>
         }
     }
     writeln!(out)?;
-    let spread = if diff.noise.run_spread_df.is_some() {
+    writeln!(out, "{}", noise_sentence(diff))?;
+    writeln!(out)
+}
+
+/// What the noise was, measured or assumed, with the reason that holds.
+fn noise_sentence(diff: &Diff) -> String {
+    let noise = &diff.noise;
+    let spread = if noise.run_spread_df.is_some() {
         format!(
             "measured {:.1}% between runs of a side",
-            diff.noise.run_spread * 100.0
+            noise.run_spread * 100.0
         )
     } else {
-        format!(
-            "assumed {:.1}%: one run per side",
-            diff.noise.run_spread * 100.0
-        )
+        format!("assumed {:.1}%: one run per side", noise.run_spread * 100.0)
     };
-    let shares = if diff.noise.dispersion_df.is_some() {
-        format!(
-            "shares vary between runs {:.2}× as much (variance) as sampling alone gives",
-            diff.noise.dispersion
-        )
-    } else {
-        format!(
-            "shares are assumed to vary between runs {:.0}× as much (variance) as sampling \
-             alone gives: one run per side",
-            diff.noise.dispersion
-        )
+    let measured = format!(
+        "shares vary between runs {:.2}× as much (variance) as sampling alone gives",
+        noise.dispersion
+    );
+    let assumed = format!(
+        "shares are assumed to vary between runs {:.0}× as much (variance) as sampling alone \
+         gives",
+        noise.dispersion
+    );
+    let shares = match noise.basis {
+        DispersionBasis::Leaves => format!("{measured} (measured over leaf functions)"),
+        DispersionBasis::CallPaths(frames) => format!(
+            "{measured} (measured over call paths of {frames} frames: the samples end in too \
+             few leaf functions to measure it over them)"
+        ),
+        DispersionBasis::OneRun => format!("{assumed}: one run per side"),
+        DispersionBasis::OneCategory => format!(
+            "{assumed}: {} runs a side, but nearly all samples take one call path, so the runs \
+             show nothing to measure it over",
+            diff.base_runs.max(diff.new_runs)
+        ),
     };
-    writeln!(
-        out,
+    format!(
         "Noise: the program's time spreads {spread}; {shares}. Sampling noise shrinks with \
          more samples (a higher -F, longer runs), the spread between runs with more runs per \
          side."
-    )?;
-    writeln!(out)
+    )
+}
+
+/// A share of the program in percent, `<0.1%` when it rounds to nothing.
+fn small_pct(x: f64) -> String {
+    if x > 0.0 && x < 0.05 {
+        "<0.1%".to_string()
+    } else {
+        format!("{x:.1}%")
+    }
 }
 
 /// `+12.3%` (one decimal).
@@ -640,8 +857,10 @@ mod tests {
                 "new_samples",
                 "noise",
                 "notes",
+                "paths",
                 "schema",
-                "time"
+                "time",
+                "weight_unit"
             ]
         );
         assert!(v["time"].is_null());
@@ -723,12 +942,90 @@ mod tests {
 
     #[test]
     fn markdown_tables_are_capped_at_top() {
-        let base: String = (0..15).map(|i| format!("p;f{i:02} {}\n", i + 1)).collect();
-        let d = diff(&base, "p;other 1\n");
+        // 15 functions of 1,000 to 15,000 samples that all vanished: each
+        // shrank beyond noise, so none folds; ten rows, and the rest counted.
+        let base: String = (0..15)
+            .map(|i| format!("p;f{i:02} {}\n", (i + 1) * 1000))
+            .collect();
+        let d = diff(&base, "p;other 100000\n");
         let md = markdown(&d, &MarkdownOptions::default());
         let rows = md.lines().filter(|l| l.contains("*(vanished)*")).count();
         assert_eq!(rows, 10, "{md}");
         assert!(md.contains("_… and 5 more._"), "{md}");
+        let all = markdown(
+            &d,
+            &MarkdownOptions {
+                all_rows: true,
+                ..Default::default()
+            },
+        );
+        let rows = all.lines().filter(|l| l.contains("*(vanished)*")).count();
+        assert_eq!(rows, 15, "{all}");
+    }
+
+    #[test]
+    fn rows_within_noise_and_below_the_resolution_fold_into_one_line() {
+        // `big` grows beyond noise; the twelve specks (a sample or two each,
+        // 0.24% of NEW together) could vanish unseen: one line says so.
+        let specks: String = (0..12).map(|i| format!("p;speck{i:02} 1\n")).collect();
+        let base = "p;big 2000\np;rest 8000\n".to_string();
+        let new = format!("p;big 3000\np;rest 7000\n{specks}");
+        let d = diff(&base, &new);
+        let md = markdown(&d, &MarkdownOptions::default());
+        assert!(md.contains("| `big` |"), "{md}");
+        assert!(!md.contains("speck"), "{md}");
+        assert!(
+            md.contains(
+                "_12 more functions, all within noise and below the resolution, together 0.1% of the \
+                 program (`--all-rows` lists them)._"
+            ),
+            "{md}"
+        );
+        let all = markdown(
+            &d,
+            &MarkdownOptions {
+                all_rows: true,
+                ..Default::default()
+            },
+        );
+        assert!(all.contains("| `speck00` _(and 11 functions"), "{all}");
+        assert!(!all.contains("all within noise"), "{all}");
+        // JSON keeps every function.
+        let mut out = Vec::new();
+        write_diff_json(&d, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["functions"].as_array().unwrap().len(), 14);
+    }
+
+    #[test]
+    fn off_cpu_weights_read_as_time_blocked_never_samples() {
+        let mut base = side("p;main;sleep 800000000\np;main;read 200000000\n");
+        let mut new = side("p;main;sleep 900000000\np;main;read 200000000\n");
+        for s in [&mut base, &mut new] {
+            s.weight_unit = "ns".to_string();
+            for r in &mut s.runs {
+                r.event = Some("off-cpu".to_string());
+                r.ns_per_weight = Some(1.0);
+                r.samples = 50;
+            }
+        }
+        let d = Diff::new(&base, &new);
+        assert_eq!(d.weight_unit, "ns");
+        let md = markdown(&d, &MarkdownOptions::default());
+        assert!(
+            md.contains("(1 run, 1.00 s blocked) → **new** `NEW` (1 run, 1.10 s blocked)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("Time the program spent blocked per run: 1.00 s → 1.10 s"),
+            "{md}"
+        );
+        assert!(md.contains("percent of each side's time blocked"), "{md}");
+        assert!(!md.contains("samples)") && !md.contains("CPU time"), "{md}");
+        let mut out = Vec::new();
+        write_diff_json(&d, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["weight_unit"], "ns");
     }
 
     #[test]
