@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{descendant, flamerec, stderr, tmp, wait_for};
+use crate::common::{compile_c, descendant, flamerec, stderr, tmp, wait_for};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>
@@ -41,17 +41,7 @@ int main(int argc, char **argv) {
 
 /// Compiles the program into `dir` with gcc (-O2 -g: DWARF in the binary).
 fn compile(dir: &Path, name: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, PROGRAM).expect("write the C source");
-    let bin = dir.join(name);
-    let out = Command::new("gcc")
-        .args(["-O2", "-g", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("this test compiles C with gcc, which is missing: {e}"));
-    assert!(out.status.success(), "gcc: {}", stderr(&out));
-    bin
+    compile_c(dir, name, PROGRAM, &["-O2", "-g"])
 }
 
 /// `flamerec` with its symbol cache under `home`.

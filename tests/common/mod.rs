@@ -96,6 +96,23 @@ pub fn sample_bin(s: Sample, fp: FramePointers) -> PathBuf {
     build(s, fp).unwrap_or_else(|e| panic!("cannot build sample {s}: {e}"))
 }
 
+/// Compiles the C program `source` into `dir/name` with gcc and `flags`;
+/// panics naming the cause when gcc is missing or fails.
+pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("write the C source");
+    let bin = dir.join(name);
+    let out = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("this test compiles C with gcc, which is missing: {e}"));
+    assert!(out.status.success(), "gcc {flags:?}: {}", stderr(&out));
+    bin
+}
+
 /// Whether perf_event_open works here; panics naming the cause when it does
 /// not, unless FLAMEREC_SKIP_PERF_TESTS=1 (then `false`).
 pub fn perf_usable() -> bool {

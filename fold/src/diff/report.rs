@@ -352,10 +352,10 @@ pub fn write_diff_markdown<W: Write>(
     let what = if timed { "time" } else { "total share" };
     writeln!(out, "### Regressions ({what} grew)")?;
     writeln!(out)?;
-    table(&mut out, &regressions, opts, timed, "No function grew.")?;
+    table(&mut out, &regressions, opts, timed, "No function grew")?;
     writeln!(out, "### Improvements ({what} shrank)")?;
     writeln!(out)?;
-    table(&mut out, &improvements, opts, timed, "No function shrank.")?;
+    table(&mut out, &improvements, opts, timed, "No function shrank")?;
     resolution(&mut out, diff, timed)?;
 
     if diff.base_interrupt_pct > 0.0 || diff.new_interrupt_pct > 0.0 {
@@ -515,7 +515,7 @@ fn table<W: Write>(
     none: &str,
 ) -> io::Result<()> {
     if rows.is_empty() {
-        writeln!(out, "_{none}_")?;
+        writeln!(out, "_{none}._")?;
         return writeln!(out);
     }
     // Functions with the same samples (a chain of callers) are one row.
@@ -525,6 +525,7 @@ fn table<W: Write>(
         .partition(|g| opts.all_rows || !below_resolution(g[0], timed));
     if shown.is_empty() {
         writeln!(out, "_{none} beyond the resolution._")?;
+        writeln!(out)?;
     } else if timed {
         writeln!(
             out,
@@ -591,7 +592,9 @@ fn table<W: Write>(
             .flatten()
             .map(|f| f.base.self_pct.max(f.new.self_pct))
             .sum();
-        writeln!(out)?;
+        if !shown.is_empty() {
+            writeln!(out)?;
+        }
         writeln!(
             out,
             "_{}, all within noise and below the resolution, together {} of the program \
