@@ -586,12 +586,11 @@ fn table<W: Write>(
         writeln!(out, "_… and {} more._", total - cap)?;
     }
     if !folded.is_empty() {
-        // Self shares split the samples (one leaf each): they add up.
-        let share: f64 = folded
-            .iter()
-            .flatten()
-            .map(|f| f.base.self_pct.max(f.new.self_pct))
-            .sum();
+        // Self shares split a side's samples (one leaf each): they add up,
+        // on the side where they are larger.
+        let sum =
+            |side: fn(&FunctionDiff) -> f64| folded.iter().flatten().map(|f| side(f)).sum::<f64>();
+        let share: f64 = sum(|f| f.base.self_pct).max(sum(|f| f.new.self_pct));
         if !shown.is_empty() {
             writeln!(out)?;
         }
