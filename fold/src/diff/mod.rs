@@ -3,7 +3,8 @@
 //!
 //! This module owns loading either side ([`Side::load`]: a `.frec` recording,
 //! detected by its `FLAMEREC` magic at byte 0, or folded text), the per-function
-//! comparison ([`Diff`]), and its three outputs: the `flamerec-diff/1` JSON
+//! comparison ([`Diff`]) with the call paths whose time grew ([`PathDiff`],
+//! found in `paths`), and its three outputs: the `flamerec-diff/1` JSON
 //! object, a Markdown report for CI job summaries, and a differential SVG
 //! flamegraph. It decides nothing about exit statuses or where outputs go;
 //! the CLI does.

@@ -55,7 +55,8 @@ const T_995: [f64; 30] = [
 /// when the runs measure it: one run's worth.
 pub const SPREAD_PRIOR_DF: f64 = 1.0;
 
-/// The dispersion assumed when no side has two runs to measure it: identical
+/// The dispersion assumed when it cannot be measured (no side has two runs,
+/// or one call path holds nearly every sample): identical
 /// runs of cpu-mix beside two busy loops measured 1.1–1.7, and with φ = 1 an
 /// A/A comparison of single runs tripped on a leaf's share in 2 of 66 pairs.
 pub const ASSUMED_DISPERSION: f64 = 2.0;
