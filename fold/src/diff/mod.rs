@@ -54,8 +54,9 @@
 
 mod compare;
 mod folded;
+mod json;
+mod markdown;
 mod paths;
-mod report;
 mod stats;
 mod svg;
 mod tally;
@@ -73,7 +74,8 @@ pub use compare::{
     group_name, same_samples_groups, Diff, DiffOptions, Finding, FunctionDiff, Gate, PathDiff,
     ProgramTime, Shares, Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
 };
-pub use report::{write_diff_json, write_diff_markdown, MarkdownOptions, DIFF_SCHEMA};
+pub use json::{write_diff_json, DIFF_SCHEMA};
+pub use markdown::{write_diff_markdown, MarkdownOptions};
 pub use stats::{DispersionBasis, Interval, Noise, CONFIDENCE_PCT};
 pub use svg::{write_diff_svg, SvgOptions};
 pub use tally::is_interrupt_entry;
