@@ -186,3 +186,28 @@ fn code_spans_survive_backticks_and_pipes() {
     assert_eq!(seconds(2.5e6), "2.5 ms");
     assert_eq!(seconds(2500.0), "2 µs");
 }
+
+#[test]
+fn the_noise_sentence_gives_the_reason_that_holds() {
+    let runs = |texts: &[&str]| Side::merge(texts.iter().map(|t| side(t)).collect());
+    // Three runs a side, every sample on one path: nothing to measure over.
+    let one = runs(&[
+        "p;main;work 1000\n",
+        "p;main;work 990\n",
+        "p;main;work 1010\n",
+    ]);
+    let md = markdown(&Diff::new(&one, &one), &MarkdownOptions::default());
+    assert!(
+        md.contains("as sampling alone gives: nearly all samples take one call path"),
+        "{md}"
+    );
+    assert!(!md.contains("one run per side"), "{md}");
+    // Two leaves: measured over them.
+    let two = runs(&[
+        "p;a 500\np;b 500\n",
+        "p;a 520\np;b 480\n",
+        "p;a 490\np;b 510\n",
+    ]);
+    let md = markdown(&Diff::new(&two, &two), &MarkdownOptions::default());
+    assert!(md.contains("(measured over leaf functions)"), "{md}");
+}
