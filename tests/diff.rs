@@ -551,8 +551,12 @@ fn shared_leaf(dir: &Path) -> PathBuf {
 /// runs a side, ≈ 3% beside two busy loops) adds ≈ 0.025, so ≈ 0.03 in
 /// all; +20% is 0.18, its 99% bound ≈ 0.09: the truth is 3σ above it. The
 /// gate trips on time or share, and the share alone (28.6% → 32.5%, SE
-/// ≈ 0.3 points) passes the README's 2 points by 6σ. (At 999 Hz, runs of
-/// ≈ 1 s resolve only ≈ +22% for compute_hash: too close to 20% for a test.)
+/// ≈ 0.3 points) passes the README's 2 points by 6σ. The search climbs from
+/// `work` to `compute_hash → work` only while the other callers' 70% stays
+/// within its interval (±≈ 6% at 99%): interleaved runs keep a machine that
+/// slows down from moving one side alone (an A/A batch beside this one moved
+/// the program +0.4%). (At 999 Hz, runs of ≈ 1 s resolve only ≈ +22% for
+/// compute_hash: too close to 20% for a test; see docs/design-notes.md.)
 #[test]
 fn a_slower_caller_of_a_shared_leaf_is_named_by_its_call_path() {
     let dir = tmp();
