@@ -407,8 +407,8 @@ impl Diff {
                 let (time_change, share_change) = judge(&bw, &nw);
                 PathDiff {
                     frames: tree.frames(node),
-                    base_pct: shares(sum(&bw), 0, bp).self_pct,
-                    new_pct: shares(sum(&nw), 0, np).self_pct,
+                    base_pct: pct(sum(&bw), bp),
+                    new_pct: pct(sum(&nw), np),
                     base_ns: if timed { b.time_of(&bw) } else { None },
                     new_ns: if timed { n.time_of(&nw) } else { None },
                     time_change,
@@ -418,13 +418,6 @@ impl Diff {
             .collect();
         paths.sort_by(|a, b| desc(a.growth(), b.growth()).then_with(|| a.frames.cmp(&b.frames)));
 
-        let pct_of = |part: u64, whole: u64| {
-            if whole == 0 {
-                0.0
-            } else {
-                part as f64 * 100.0 / whole as f64
-            }
-        };
         let (bt, nt) = (base.total(), new.total());
         let machine = |s: &Tallied| sum(&s.per_run(&|t| t.machine));
         Diff {
@@ -433,8 +426,8 @@ impl Diff {
             weight_unit: base.weight_unit.clone(),
             base_runs: base.runs.len(),
             new_runs: new.runs.len(),
-            base_interrupt_pct: pct_of(machine(&b), bt),
-            new_interrupt_pct: pct_of(machine(&n), nt),
+            base_interrupt_pct: pct(machine(&b), bt),
+            new_interrupt_pct: pct(machine(&n), nt),
             time,
             noise,
             gate: opts.gate,
@@ -626,16 +619,18 @@ fn desc(a: f64, b: f64) -> Ordering {
 }
 
 fn shares(self_w: u64, total_w: u64, total: u64) -> Shares {
-    let pct = |x: u64| {
-        if total == 0 {
-            0.0
-        } else {
-            x as f64 * 100.0 / total as f64
-        }
-    };
     Shares {
-        self_pct: pct(self_w),
-        total_pct: pct(total_w),
+        self_pct: pct(self_w, total),
+        total_pct: pct(total_w, total),
+    }
+}
+
+/// `part` in percent of `whole`, 0 when `whole` is.
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
     }
 }
 
