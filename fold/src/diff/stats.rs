@@ -127,16 +127,6 @@ pub enum DispersionBasis {
     OneCategory,
 }
 
-impl DispersionBasis {
-    /// Whether the dispersion was measured (not assumed).
-    pub fn measured(self) -> bool {
-        matches!(
-            self,
-            DispersionBasis::Leaves | DispersionBasis::CallPaths(_)
-        )
-    }
-}
-
 /// The noise of one comparison, measured (or assumed) once for all functions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Noise {
