@@ -8,8 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use crate::common::{descendant, flamerec, gcc, stderr, tmp, wait_for};
+use crate::common::{compile_c, descendant, flamerec, stderr, tmp, wait_for};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>
@@ -40,11 +41,7 @@ int main(int argc, char **argv) {
 
 /// Compiles the program into `dir` with gcc (-O2 -g: DWARF in the binary).
 fn compile(dir: &Path, name: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, PROGRAM).expect("write the C source");
-    let bin = dir.join(name);
-    gcc(dir, &["-O2", "-g", "-o", name, &format!("{name}.c")]);
-    bin
+    compile_c(dir, name, PROGRAM, &["-O2", "-g"])
 }
 
 /// `flamerec` with its symbol cache under `home`.
@@ -272,10 +269,14 @@ fn a_recorder_killed_midway_leaves_a_file_that_folds_with_names_from_the_binarie
     let out = dir.path().join("k.frec");
     let mut child = start_recording(&home, &out, &bin, "3000000");
     // Chunks reach the file at least once a second: wait for a few.
-    wait_for("the recording to grow (or flamerec to end)", || {
-        std::fs::metadata(&out).map_or(0, |m| m.len()) >= 2000
-            || matches!(child.try_wait(), Ok(Some(_)))
-    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 2000 {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the recording never grew");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let running = child.try_wait().expect("poll flamerec").is_none();
     child.kill().expect("kill -9 flamerec");
     let o = child.wait_with_output().expect("reap flamerec");

@@ -52,6 +52,11 @@ pub struct Args {
     /// program's instead of leaving them out.
     #[arg(long)]
     keep_interrupts: bool,
+    /// List every row in the Markdown tables: no cap at 10, and functions within noise
+    /// and below the comparison's resolution not folded into one line (JSON always
+    /// lists every function).
+    #[arg(long)]
+    all_rows: bool,
     /// Leave out functions whose total share is below PCT in both profiles
     /// (from every output and from --fail-above).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
@@ -161,6 +166,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         base_label,
         new_label,
         min_share: a.min_share,
+        all_rows: a.all_rows,
         ..MarkdownOptions::default()
     };
     match &a.markdown {
@@ -174,31 +180,39 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
     let tripped = d.tripped();
     if !tripped.is_empty() {
-        // Functions with the same samples (a chain of callers) are named once.
-        let groups = diff::same_samples_groups(&tripped);
-        let mut names: Vec<String> = groups
+        // A chain of callers with the same samples is named once, and a
+        // function by the call path that carries its growth when one does.
+        let findings = d.findings();
+        let mut names: Vec<String> = findings
             .iter()
             .take(GATE_NAMES)
-            .map(|g| {
-                let f = g[0];
-                let name = match diff::group_name(g) {
-                    (name, 0) => name,
-                    (name, more) => format!("{name} and {more} with the same samples"),
+            .map(|finding| {
+                let f = finding.function;
+                let (name, time, share) = match finding.path {
+                    Some(p) => (p.name(), p.time_change, p.share_change),
+                    None => (
+                        match finding.more {
+                            0 => finding.name.clone(),
+                            more => format!("{} and {more} with the same samples", finding.name),
+                        },
+                        f.time_change,
+                        f.share_change,
+                    ),
                 };
-                match (f.trips, f.time_change) {
+                match (f.trips, time) {
                     (Some(Trip::Time), Some(t)) => format!(
                         "{name} (time {:+.1}%, interval {:+.1}…{:+.1}%)",
                         t.estimate, t.low, t.high
                     ),
                     _ => format!(
                         "{name} (share {:+.2} points, interval {:+.2}…{:+.2})",
-                        f.share_change.estimate, f.share_change.low, f.share_change.high
+                        share.estimate, share.low, share.high
                     ),
                 }
             })
             .collect();
-        if groups.len() > GATE_NAMES {
-            names.push(format!("and {} more", groups.len() - GATE_NAMES));
+        if findings.len() > GATE_NAMES {
+            names.push(format!("and {} more", findings.len() - GATE_NAMES));
         }
         let what = if tripped.len() == 1 {
             "1 function".to_string()

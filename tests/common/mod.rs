@@ -144,6 +144,16 @@ pub fn sample_bin(s: Sample, fp: FramePointers) -> PathBuf {
     build(s, fp).unwrap_or_else(|e| panic!("cannot build sample {s}: {e}"))
 }
 
+/// Compiles the C program `source` into `dir/name` with gcc and `flags`;
+/// panics naming the cause when gcc is missing or fails.
+pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let file = format!("{name}.c");
+    std::fs::write(dir.join(&file), source).expect("write the C source");
+    let args: Vec<&str> = flags.iter().copied().chain(["-o", name, &file]).collect();
+    gcc(dir, &args);
+    dir.join(name)
+}
+
 /// Whether perf_event_open works here; panics naming the cause when it does
 /// not, unless FLAMEREC_SKIP_PERF_TESTS=1 (then `false`).
 pub fn perf_usable() -> bool {

@@ -1,5 +1,6 @@
 //! The per-function comparison of two sides: shares and CPU times per run,
-//! their changes with intervals, verdicts, the gate, ordering, filtering.
+//! their changes with intervals, verdicts, the gate, ordering, filtering;
+//! and the call paths whose time grew (found by `paths`, judged here).
 //! It owns what a function's self and total weight are for folded stacks
 //! (the same definition as `crate::profile` uses for recordings, over the
 //! program's samples: see `tally`) and does no I/O.
@@ -7,8 +8,9 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 
-use super::stats::{Counts, Interval, Noise, SideRuns};
-use super::tally::{tally, Tally, Weights};
+use super::paths::PathTree;
+use super::stats::{Interval, Noise};
+use super::tally::{Tallied, Tally, Weights};
 use super::{Side, SideKind};
 
 /// A function's shares of one side's program samples, in percent (0–100).
@@ -183,13 +185,17 @@ pub struct ProgramTime {
     pub change: Interval,
 }
 
-/// Two profiles compared function by function.
+/// Two profiles compared function by function, and by call path.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Diff {
-    /// Total weight of BASE, all runs (samples, or ns for off-CPU recordings).
-    pub base_samples: u64,
-    /// Total weight of NEW.
-    pub new_samples: u64,
+    /// Total weight of BASE, all runs, in `weight_unit` (samples, or
+    /// blocked nanoseconds for off-CPU recordings): not a count of samples
+    /// unless the unit says so.
+    pub base_weight: u64,
+    /// Total weight of NEW, in `weight_unit`.
+    pub new_weight: u64,
+    /// What a unit of weight is: `samples`, or `ns` (time blocked, off-CPU).
+    pub weight_unit: String,
     /// Runs compared on each side.
     pub base_runs: usize,
     /// Runs of NEW.
@@ -211,116 +217,64 @@ pub struct Diff {
     /// Every function of either side, largest total change first (then
     /// largest self change, name, module).
     pub functions: Vec<FunctionDiff>,
+    /// The call paths whose time (share, without time) grew beyond noise,
+    /// each the shortest that carries its change, largest growth first.
+    pub paths: Vec<PathDiff>,
 }
 
-/// One side, tallied per run.
-struct Tallied {
-    runs: Vec<Tally>,
-    /// Effective samples per unit of weight, per run.
-    samples_per_weight: Vec<f64>,
-    /// Nanoseconds per unit of weight, per run (`None`: no time).
-    ns_per_weight: Option<Vec<f64>>,
+/// A call path whose time grew beyond noise: the samples whose stack ends
+/// with `frames`, compared like a function's total.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PathDiff {
+    /// Outermost caller first, the frame where the time went last.
+    pub frames: Vec<String>,
+    /// Share of BASE's program samples, percent.
+    pub base_pct: f64,
+    /// Share of NEW's program samples, percent.
+    pub new_pct: f64,
+    /// Mean time per run in BASE, ns, when both sides have time.
+    pub base_ns: Option<f64>,
+    /// Mean time per run in NEW, ns.
+    pub new_ns: Option<f64>,
+    /// Change of its time in percent, with its 99% interval.
+    pub time_change: Option<Interval>,
+    /// Change of its share in points, with its 99% interval.
+    pub share_change: Interval,
 }
 
-impl Tallied {
-    fn new(side: &Side, keep_interrupts: bool) -> Tallied {
-        let runs: Vec<Tally> = side
-            .runs
-            .iter()
-            .map(|r| tally(&r.stacks, keep_interrupts))
-            .collect();
-        let samples_per_weight = side
-            .runs
-            .iter()
-            .map(|r| {
-                let w = r.weight();
-                if w == 0 {
-                    1.0
-                } else {
-                    r.samples.max(1) as f64 / w as f64
-                }
-            })
-            .collect();
-        let ns_per_weight = side.runs.iter().map(|r| r.ns_per_weight).collect();
-        Tallied {
-            runs,
-            samples_per_weight,
-            ns_per_weight,
-        }
+impl PathDiff {
+    /// `caller → … → leaf`.
+    pub fn name(&self) -> String {
+        self.frames.join(" → ")
     }
 
-    fn program_samples(&self) -> f64 {
-        self.runs
-            .iter()
-            .zip(&self.samples_per_weight)
-            .map(|(t, s)| t.program as f64 * s)
-            .sum()
+    /// Whether `function` is one of its frames.
+    pub fn contains(&self, function: &str) -> bool {
+        self.frames.iter().any(|f| f == function)
     }
 
-    fn weight_of(&self, f: &dyn Fn(&Tally) -> u64) -> u64 {
-        self.runs.iter().fold(0u64, |a, t| a.saturating_add(f(t)))
+    /// Added time per run in ns (NEW − BASE), when known.
+    pub fn added_ns(&self) -> Option<f64> {
+        Some(self.new_ns? - self.base_ns?)
     }
 
-    /// Effective samples of `w(run)` summed over the runs.
-    fn samples_of(&self, w: &dyn Fn(&Tally) -> u64) -> f64 {
-        self.runs
-            .iter()
-            .zip(&self.samples_per_weight)
-            .map(|(t, s)| w(t) as f64 * s)
-            .sum()
+    fn growth(&self) -> f64 {
+        self.added_ns().unwrap_or(self.share_change.estimate)
     }
+}
 
-    /// Mean time per run of `w(run)`, in ns.
-    fn time_of(&self, w: &dyn Fn(&Tally) -> u64) -> Option<f64> {
-        let ns = self.ns_per_weight.as_ref()?;
-        let sum: f64 = self.runs.iter().zip(ns).map(|(t, n)| w(t) as f64 * n).sum();
-        Some(sum / self.runs.len().max(1) as f64)
-    }
-
-    fn counts(&self, w: &dyn Fn(&Tally) -> u64) -> Counts {
-        let program = self.program_samples();
-        let ns_per_sample = match self.time_of(&|t| t.program) {
-            Some(t) if program > 0.0 => t * self.runs.len() as f64 / program,
-            _ => 1.0,
-        };
-        Counts {
-            function: self.samples_of(w),
-            program,
-            runs: self.runs.len() as f64,
-            ns_per_sample,
-        }
-    }
-
-    /// The per-run numbers [`Noise::measure`] needs, for `names`.
-    fn side_runs(&self, names: &[&String]) -> SideRuns {
-        let totals = self
-            .runs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                let samples = t.program as f64 * self.samples_per_weight[i];
-                let time = match &self.ns_per_weight {
-                    Some(ns) => t.program as f64 * ns[i],
-                    None => samples,
-                };
-                (time, samples)
-            })
-            .collect();
-        let per_function = names
-            .iter()
-            .map(|name| {
-                self.runs
-                    .iter()
-                    .zip(&self.samples_per_weight)
-                    .map(|(t, s)| t.functions.get(*name).map_or(0.0, |w| w.self_w as f64 * s))
-                    .collect()
-            })
-            .collect();
-        SideRuns {
-            totals,
-            per_function,
-        }
-    }
+/// One thing the gate names: a tripped function, or the call path that
+/// carries its growth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding<'a> {
+    /// The first function of the tripped group.
+    pub function: &'a FunctionDiff,
+    /// Its name.
+    pub name: String,
+    /// How many more functions have the same samples.
+    pub more: usize,
+    /// The grown call path through it, named instead when there is one.
+    pub path: Option<&'a PathDiff>,
 }
 
 impl Diff {
@@ -342,22 +296,29 @@ impl Diff {
             .flat_map(|t| t.functions.keys())
             .collect();
         let names: Vec<&String> = names.into_iter().collect();
+        let all_runs: Vec<&[(String, u64)]> = base
+            .runs
+            .iter()
+            .chain(&new.runs)
+            .map(|r| r.stacks.as_slice())
+            .collect();
+        let tree = PathTree::new(&all_runs, opts.keep_interrupts);
+        let (b_runs, n_runs) = (0..b.runs.len(), b.runs.len()..all_runs.len());
         let noise = Noise::measure(
-            [&b.side_runs(&names), &n.side_runs(&names)],
+            [
+                &b.side_runs(&tree, b_runs.clone()),
+                &n.side_runs(&tree, n_runs.clone()),
+            ],
             opts.assumed_run_spread,
         );
         let labels = module_labels([base, new]);
 
-        let program = |s: &Tallied| s.weight_of(&|t| t.program);
-        let (bp, np) = (program(&b), program(&n));
-        let time = timed.then(|| {
-            let bc = b.counts(&|t| t.program);
-            let nc = n.counts(&|t| t.program);
-            ProgramTime {
-                base_ns: b.time_of(&|t| t.program).unwrap_or(0.0),
-                new_ns: n.time_of(&|t| t.program).unwrap_or(0.0),
-                change: noise.time_change(&bc, &nc),
-            }
+        let sum = |w: &[u64]| w.iter().fold(0u64, |a, x| a.saturating_add(*x));
+        let (bp, np) = (sum(&b.program), sum(&n.program));
+        let time = timed.then(|| ProgramTime {
+            base_ns: b.time_of(&b.program).unwrap_or(0.0),
+            new_ns: n.time_of(&n.program).unwrap_or(0.0),
+            change: noise.time_change(&b.counts(&b.program), &n.counts(&n.program)),
         });
 
         let mut functions: Vec<FunctionDiff> = names
@@ -365,13 +326,15 @@ impl Diff {
             .map(|name| {
                 let self_w = |t: &Tally| weights(t, name).self_w;
                 let total_w = |t: &Tally| weights(t, name).total_w;
-                let b_shares = shares(b.weight_of(&self_w), b.weight_of(&total_w), bp);
-                let n_shares = shares(n.weight_of(&self_w), n.weight_of(&total_w), np);
-                let (bc, nc) = (b.counts(&total_w), n.counts(&total_w));
-                let times = |s: &Tallied| -> Option<Times> {
+                let (b_self, b_total) = (b.per_run(&self_w), b.per_run(&total_w));
+                let (n_self, n_total) = (n.per_run(&self_w), n.per_run(&total_w));
+                let b_shares = shares(sum(&b_self), sum(&b_total), bp);
+                let n_shares = shares(sum(&n_self), sum(&n_total), np);
+                let (bc, nc) = (b.counts(&b_total), n.counts(&n_total));
+                let times = |s: &Tallied, own: &[u64], total: &[u64]| -> Option<Times> {
                     Some(Times {
-                        self_ns: s.time_of(&self_w)?,
-                        total_ns: s.time_of(&total_w)?,
+                        self_ns: s.time_of(own)?,
+                        total_ns: s.time_of(total)?,
                     })
                 };
                 let time_change = timed.then(|| noise.time_change(&bc, &nc));
@@ -392,8 +355,16 @@ impl Diff {
                     new: n_shares,
                     self_delta_pct: n_shares.self_pct - b_shares.self_pct,
                     total_delta_pct: n_shares.total_pct - b_shares.total_pct,
-                    base_time: if timed { times(&b) } else { None },
-                    new_time: if timed { times(&n) } else { None },
+                    base_time: if timed {
+                        times(&b, &b_self, &b_total)
+                    } else {
+                        None
+                    },
+                    new_time: if timed {
+                        times(&n, &n_self, &n_total)
+                    } else {
+                        None
+                    },
                     time_change,
                     share_change,
                     verdict,
@@ -415,33 +386,93 @@ impl Diff {
                 .then_with(|| a.module.cmp(&b.module))
         });
 
-        let pct_of = |part: u64, whole: u64| {
-            if whole == 0 {
-                0.0
-            } else {
-                part as f64 * 100.0 / whole as f64
-            }
+        // A path grew as a function does: by time when both sides have it.
+        let judge = |bw: &[u64], nw: &[u64]| {
+            let (bc, nc) = (b.counts(bw), n.counts(nw));
+            let time_change = timed.then(|| noise.time_change(&bc, &nc));
+            (time_change, noise.share_change(&bc, &nc))
         };
+        let grew = |bw: &[u64], nw: &[u64]| {
+            let (time, share) = judge(bw, nw);
+            time.unwrap_or(share).grew()
+        };
+        let mut paths: Vec<PathDiff> = tree
+            .grown(b_runs.clone(), n_runs.clone(), &grew)
+            .into_iter()
+            .map(|node| {
+                let (bw, nw) = (
+                    tree.weights(node, b_runs.clone()),
+                    tree.weights(node, n_runs.clone()),
+                );
+                let (time_change, share_change) = judge(&bw, &nw);
+                PathDiff {
+                    frames: tree.frames(node),
+                    base_pct: pct(sum(&bw), bp),
+                    new_pct: pct(sum(&nw), np),
+                    base_ns: if timed { b.time_of(&bw) } else { None },
+                    new_ns: if timed { n.time_of(&nw) } else { None },
+                    time_change,
+                    share_change,
+                }
+            })
+            .collect();
+        paths.sort_by(|a, b| desc(a.growth(), b.growth()).then_with(|| a.frames.cmp(&b.frames)));
+
         let (bt, nt) = (base.total(), new.total());
+        let machine = |s: &Tallied| sum(&s.per_run(&|t| t.machine));
         Diff {
-            base_samples: bt,
-            new_samples: nt,
+            base_weight: bt,
+            new_weight: nt,
+            weight_unit: base.weight_unit.clone(),
             base_runs: base.runs.len(),
             new_runs: new.runs.len(),
-            base_interrupt_pct: pct_of(b.weight_of(&|t| t.machine), bt),
-            new_interrupt_pct: pct_of(n.weight_of(&|t| t.machine), nt),
+            base_interrupt_pct: pct(machine(&b), bt),
+            new_interrupt_pct: pct(machine(&n), nt),
             time,
             noise,
             gate: opts.gate,
             notes: notes(base, new, timed, &noise, opts),
             functions,
+            paths,
         }
     }
 
-    /// Leaves out functions whose total share is below `pct` on both sides.
+    /// The call path that names `function` best in a finding: the largest
+    /// grown path through it, if any.
+    pub fn path_of(&self, function: &str) -> Option<&PathDiff> {
+        self.paths.iter().find(|p| p.contains(function))
+    }
+
+    /// What the gate names, in the order of [`Diff::tripped`]: each group of
+    /// tripped functions with the same samples (a chain of callers is one),
+    /// by the grown call path through it when there is one (`compute_hash →
+    /// work` rather than `compute_hash`), a path that carries several
+    /// groups named once.
+    pub fn findings(&self) -> Vec<Finding<'_>> {
+        let tripped = self.tripped();
+        let mut out: Vec<Finding> = Vec::new();
+        for group in same_samples_groups(&tripped) {
+            let path = group.iter().find_map(|f| self.path_of(&f.name));
+            if path.is_some() && out.iter().any(|f| f.path == path) {
+                continue;
+            }
+            let (name, more) = group_name(&group);
+            out.push(Finding {
+                function: group[0],
+                name,
+                more,
+                path,
+            });
+        }
+        out
+    }
+
+    /// Leaves out functions and call paths whose total share is below `pct`
+    /// on both sides.
     pub fn retain_min_share(&mut self, pct: f64) {
         self.functions
             .retain(|f| f.base.total_pct >= pct || f.new.total_pct >= pct);
+        self.paths.retain(|p| p.base_pct >= pct || p.new_pct >= pct);
     }
 
     /// Functions that trip the gate, where the time went first (see
@@ -588,16 +619,18 @@ fn desc(a: f64, b: f64) -> Ordering {
 }
 
 fn shares(self_w: u64, total_w: u64, total: u64) -> Shares {
-    let pct = |x: u64| {
-        if total == 0 {
-            0.0
-        } else {
-            x as f64 * 100.0 / total as f64
-        }
-    };
     Shares {
-        self_pct: pct(self_w),
-        total_pct: pct(total_w),
+        self_pct: pct(self_w, total),
+        total_pct: pct(total_w, total),
+    }
+}
+
+/// `part` in percent of `whole`, 0 when `whole` is.
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
     }
 }
 
@@ -626,249 +659,5 @@ fn module_labels(sides: [&Side; 2]) -> HashMap<&str, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use super::*;
-    use crate::FunctionStats;
-
-    fn side(text: &str) -> Side {
-        Side::from_folded(text.as_bytes(), Path::new("t")).unwrap()
-    }
-
-    fn get<'a>(d: &'a Diff, name: &str) -> &'a FunctionDiff {
-        d.functions
-            .iter()
-            .find(|f| f.name == name)
-            .unwrap_or_else(|| panic!("{name} missing from {:?}", d.functions))
-    }
-
-    fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
-    }
-
-    #[track_caller]
-    fn check(f: &FunctionDiff, base: (f64, f64), new: (f64, f64)) {
-        let ok = close(f.base.self_pct, base.0)
-            && close(f.base.total_pct, base.1)
-            && close(f.new.self_pct, new.0)
-            && close(f.new.total_pct, new.1)
-            && close(f.self_delta_pct, new.0 - base.0)
-            && close(f.total_delta_pct, new.1 - base.1);
-        assert!(
-            ok,
-            "{} is {f:?}, expected base {base:?} new {new:?}",
-            f.name
-        );
-    }
-
-    #[test]
-    fn inner_frames_get_the_total_of_everything_below_them() {
-        // BASE: 100 samples; NEW: 200 samples (normalized, so twice the count is no change).
-        let base = side("p;main;run;a 50\np;main;run;b 30\np;main;run 10\np;main;c 10\n");
-        let new = side("p;main;run;a 60\np;main;run;b 60\np;main;run 40\np;main;c 40\n");
-        let d = Diff::new(&base, &new);
-        assert_eq!((d.base_samples, d.new_samples), (100, 200));
-        check(get(&d, "main"), (0.0, 100.0), (0.0, 100.0));
-        check(get(&d, "run"), (10.0, 90.0), (20.0, 80.0));
-        check(get(&d, "a"), (50.0, 50.0), (30.0, 30.0));
-        check(get(&d, "b"), (30.0, 30.0), (30.0, 30.0));
-        check(get(&d, "c"), (10.0, 10.0), (20.0, 20.0));
-        // The root frame is the process, not a function.
-        assert!(d.functions.iter().all(|f| f.name != "p"));
-        // Largest total change first: a (-20), then c and run (±10, by name), then b and main.
-        let order: Vec<&str> = d.functions.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(order, ["a", "c", "run", "b", "main"]);
-    }
-
-    #[test]
-    fn recursion_counts_each_sample_once() {
-        let base = side("p;f;f;f;g 4\np;f 4\np;h 2\n");
-        let new = side("p;f;f;f;f;f;g 1\np;g;f;g 1\np;h 8\n");
-        let d = Diff::new(&base, &new);
-        check(get(&d, "f"), (40.0, 80.0), (0.0, 20.0));
-        check(get(&d, "g"), (40.0, 40.0), (20.0, 20.0));
-        check(get(&d, "h"), (20.0, 20.0), (80.0, 80.0));
-        assert!(d.functions.iter().all(|f| f.base.total_pct <= 100.0));
-    }
-
-    #[test]
-    fn vanished_and_new_functions_are_reported_with_zero_on_their_missing_side() {
-        let base = side("p;main;old 25\np;main;kept 75\n");
-        let new = side("p;main;fresh 10\np;main;kept 30\n");
-        let d = Diff::new(&base, &new);
-        let old = get(&d, "old");
-        check(old, (25.0, 25.0), (0.0, 0.0));
-        assert!(old.vanished() && !old.is_new());
-        let fresh = get(&d, "fresh");
-        check(fresh, (0.0, 0.0), (25.0, 25.0));
-        assert!(fresh.is_new() && !fresh.vanished());
-        check(get(&d, "kept"), (75.0, 75.0), (75.0, 75.0));
-        assert!(!get(&d, "kept").is_new() && !get(&d, "kept").vanished());
-        // Equal size of change: ordered by name.
-        assert_eq!(d.functions[0].name, "fresh");
-        assert_eq!(d.functions[1].name, "old");
-    }
-
-    #[test]
-    fn gate_and_noise_filter() {
-        let base = side("p;a 90\np;b 9\np;tiny 1\n");
-        let new = side("p;a 80\np;b 19\np;tiny 0\np;speck 1\n");
-        let mut d = Diff::new(&base, &new);
-        let grew: Vec<&str> = d
-            .grew_more_than(5.0)
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect();
-        assert_eq!(grew, ["b"]);
-        assert!(d.grew_more_than(10.0).is_empty());
-        let grew: Vec<&str> = d
-            .grew_more_than(0.5)
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect();
-        assert_eq!(grew, ["b", "speck"]);
-        d.retain_min_share(2.0);
-        let names: Vec<&str> = d.functions.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["a", "b"]);
-    }
-
-    #[test]
-    fn empty_sides_give_zero_shares_not_nan() {
-        let d = Diff::new(&side(""), &side("p;a 3\n"));
-        assert_eq!(d.base_samples, 0);
-        check(get(&d, "a"), (0.0, 0.0), (100.0, 100.0));
-        let d = Diff::new(&side(""), &side(""));
-        assert!(d.functions.is_empty());
-    }
-
-    #[test]
-    fn functions_are_matched_by_name_and_labelled_with_a_unique_module() {
-        let rec = |stacks: &str, functions: Vec<FunctionStats>| {
-            let mut s = side(stacks);
-            s.kind = SideKind::Recording;
-            s.functions = Some(functions);
-            s
-        };
-        let stat = |name: &str, module: &str, w: u64| FunctionStats {
-            name: name.to_string(),
-            module: module.to_string(),
-            self_weight: w,
-            total_weight: w,
-        };
-        let new = rec(
-            "p;main;work 10\n",
-            vec![stat("main", "p", 10), stat("work", "libw.so", 10)],
-        );
-        let d = Diff::new(&side("x;main;work 1\n"), &new);
-        assert_eq!(get(&d, "work").module, "libw.so");
-        assert_eq!(get(&d, "main").module, "p");
-        // `main` of two modules: one function, no label.
-        let base = rec(
-            "p;main 5\nq;main 5\n",
-            vec![stat("main", "p", 5), stat("main", "q", 5)],
-        );
-        let d = Diff::new(&base, &side("x;main 1\n"));
-        assert_eq!(d.functions.len(), 1);
-        assert_eq!(get(&d, "main").module, "");
-        check(get(&d, "main"), (100.0, 100.0), (100.0, 100.0));
-    }
-
-    fn runs(texts: &[&str]) -> Side {
-        Side::merge(texts.iter().map(|t| side(t)).collect())
-    }
-
-    #[test]
-    fn several_runs_merge_their_stacks_and_count_as_runs() {
-        let base = runs(&["p;a 30\np;b 70\n", "p;a 32\np;b 68\n", "p;a 29\np;b 71\n"]);
-        assert_eq!(base.runs.len(), 3);
-        assert_eq!(base.stacks, vec![("p;a".into(), 91), ("p;b".into(), 209)]);
-        let d = Diff::new(&base, &runs(&["p;a 31\np;b 69\n"]));
-        assert_eq!((d.base_runs, d.new_runs), (3, 1));
-        assert_eq!(d.base_samples, 300);
-        // Folded text: no time, shares only, and a note says so.
-        assert!(d.time.is_none());
-        assert!(get(&d, "a").time_change.is_none());
-        assert!(
-            d.notes.iter().any(|n| n.contains("no CPU time")),
-            "{:?}",
-            d.notes
-        );
-    }
-
-    #[test]
-    fn interrupt_samples_are_left_out_and_never_top_the_regressions() {
-        let base = side("p;main;work 1000\np;main;work;asm_sysvec_reschedule_ipi;schedule 5\n");
-        let new = side("p;main;work 1000\np;main;work;asm_sysvec_reschedule_ipi;schedule 60\n");
-        let gate = Gate {
-            share_pts: Some(0.5),
-            time_pct: None,
-        };
-        let opts = DiffOptions {
-            gate,
-            ..DiffOptions::default()
-        };
-        let d = Diff::compare(&base, &new, &opts);
-        assert!(d.functions.iter().all(|f| f.name != "schedule"));
-        assert!(d.tripped().is_empty(), "{:?}", d.tripped());
-        assert!((d.new_interrupt_pct - 60.0 / 10.6).abs() < 1e-9);
-        let kept = Diff::compare(
-            &base,
-            &new,
-            &DiffOptions {
-                keep_interrupts: true,
-                ..opts
-            },
-        );
-        // Kept, the interrupt path trips: the scheduler it entered (where
-        // the samples end) first, then the IPI entry (the same samples).
-        let names: Vec<&str> = kept.tripped().iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["schedule", "asm_sysvec_reschedule_ipi"]);
-    }
-
-    #[test]
-    fn the_share_gate_trips_only_beyond_noise_and_above_the_threshold() {
-        let gate = |pts| DiffOptions {
-            gate: Gate {
-                share_pts: Some(pts),
-                time_pct: None,
-            },
-            ..DiffOptions::default()
-        };
-        // 10,000 samples a side, 30% → 33%: 3 points, 4.5 standard errors.
-        let base = side("p;a 3000\np;b 7000\n");
-        let new = side("p;a 3300\np;b 6700\n");
-        let d = Diff::compare(&base, &new, &gate(1.0));
-        let names: Vec<&str> = d.tripped().iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["a"]);
-        assert_eq!(get(&d, "a").verdict, Verdict::Grew);
-        assert_eq!(get(&d, "b").verdict, Verdict::Shrank);
-        assert!(Diff::compare(&base, &new, &gate(5.0)).tripped().is_empty());
-        // The same 3 points on 100 samples a side: noise.
-        let d = Diff::compare(
-            &side("p;a 30\np;b 70\n"),
-            &side("p;a 33\np;b 67\n"),
-            &gate(1.0),
-        );
-        assert!(d.tripped().is_empty());
-        assert_eq!(get(&d, "a").verdict, Verdict::Noise);
-    }
-
-    #[test]
-    fn the_function_a_change_happened_in_comes_before_its_callers() {
-        let gate = DiffOptions {
-            gate: Gate {
-                share_pts: Some(1.0),
-                time_pct: None,
-            },
-            ..DiffOptions::default()
-        };
-        // `run` grows by 10 points in total, 2 of them its own; `leaf`
-        // grows by 8, all its own: the list starts where the time went.
-        let base = side("p;main;run;leaf 2000\np;main;run 1000\np;main;rest 7000\n");
-        let new = side("p;main;run;leaf 2800\np;main;run 1200\np;main;rest 6000\n");
-        let d = Diff::compare(&base, &new, &gate);
-        let names: Vec<&str> = d.tripped().iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["leaf", "run"]);
-    }
-}
+#[path = "compare_tests.rs"]
+mod tests;

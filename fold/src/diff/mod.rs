@@ -3,7 +3,8 @@
 //!
 //! This module owns loading either side ([`Side::load`]: a `.frec` recording,
 //! detected by its `FLAMEREC` magic at byte 0, or folded text), the per-function
-//! comparison ([`Diff`]), and its three outputs: the `flamerec-diff/1` JSON
+//! comparison ([`Diff`]) with the call paths whose time grew ([`PathDiff`],
+//! found in `paths`), and its three outputs: the `flamerec-diff/1` JSON
 //! object, a Markdown report for CI job summaries, and a differential SVG
 //! flamegraph. It decides nothing about exit statuses or where outputs go;
 //! the CLI does.
@@ -53,7 +54,9 @@
 
 mod compare;
 mod folded;
-mod report;
+mod json;
+mod markdown;
+mod paths;
 mod stats;
 mod svg;
 mod tally;
@@ -68,11 +71,12 @@ use thiserror::Error;
 use crate::{FoldError, FoldOptions, FunctionStats, Profile};
 
 pub use compare::{
-    group_name, same_samples_groups, Diff, DiffOptions, FunctionDiff, Gate, ProgramTime, Shares,
-    Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
+    group_name, same_samples_groups, Diff, DiffOptions, Finding, FunctionDiff, Gate, PathDiff,
+    ProgramTime, Shares, Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
 };
-pub use report::{write_diff_json, write_diff_markdown, MarkdownOptions, DIFF_SCHEMA};
-pub use stats::{Interval, Noise, CONFIDENCE_PCT};
+pub use json::{write_diff_json, DIFF_SCHEMA};
+pub use markdown::{write_diff_markdown, MarkdownOptions};
+pub use stats::{DispersionBasis, Interval, Noise, CONFIDENCE_PCT};
 pub use svg::{write_diff_svg, SvgOptions};
 pub use tally::is_interrupt_entry;
 

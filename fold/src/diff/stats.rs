@@ -9,12 +9,15 @@
 //! - **the share** is binomial: which of the program's samples land in the
 //!   function is a draw per sample. Several runs per side show whether the
 //!   runs' shares spread more than binomial draws would: Pearson's χ² of
-//!   each side's runs × leaf functions table (each sample has one leaf, so
-//!   the leaves split the samples as a multinomial draw; leaves with fewer
-//!   than 30 samples a run are one column), over its degrees of freedom,
-//!   pooled over the sides, is the *dispersion* φ ≥ 1 that scales every
-//!   share's variance. With one run per side φ cannot be measured and
-//!   [`ASSUMED_DISPERSION`] is used.
+//!   each side's runs × categories table (each sample falls in exactly one
+//!   category, so they split the samples as a multinomial draw; categories
+//!   with fewer than 30 samples a run are one column), over its degrees of
+//!   freedom, pooled over the sides, is the *dispersion* φ ≥ 1 that scales
+//!   every share's variance. The categories are the leaf functions; when
+//!   they give fewer than two columns (one leaf holds the samples), the
+//!   call paths ending in the leaf, one caller longer at each try
+//!   ([`Partition`]). With one run per side, or one category at every
+//!   depth, φ cannot be measured and [`ASSUMED_DISPERSION`] is used.
 //! - **the program's time** moves with the machine (other tenants, cache and
 //!   frequency effects): the same work takes a little more or less CPU from
 //!   one run to the next, uniformly across functions. Its variance between
@@ -52,7 +55,8 @@ const T_995: [f64; 30] = [
 /// when the runs measure it: one run's worth.
 pub const SPREAD_PRIOR_DF: f64 = 1.0;
 
-/// The dispersion assumed when no side has two runs to measure it: identical
+/// The dispersion assumed when it cannot be measured (no side has two runs,
+/// or one call path holds nearly every sample): identical
 /// runs of cpu-mix beside two busy loops measured 1.1–1.7, and with φ = 1 an
 /// A/A comparison of single runs tripped on a leaf's share in 2 of 66 pairs.
 pub const ASSUMED_DISPERSION: f64 = 2.0;
@@ -108,15 +112,32 @@ impl Interval {
     }
 }
 
+/// What the dispersion was measured over, or why it could not be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispersionBasis {
+    /// The leaf functions: each sample counted in the function it was in.
+    Leaves,
+    /// The call paths of this many frames ending in the leaf (2: caller →
+    /// leaf), because the leaves gave fewer than two categories.
+    CallPaths(usize),
+    /// Not measured: no side has two runs.
+    OneRun,
+    /// Not measured: every depth of call path puts (nearly) all samples in
+    /// one category, so the runs have nothing to split.
+    OneCategory,
+}
+
 /// The noise of one comparison, measured (or assumed) once for all functions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Noise {
-    /// Over-dispersion φ ≥ 1 of the shares between runs (1 when no side has
-    /// two runs).
+    /// Over-dispersion φ ≥ 1 of the shares between runs ([`ASSUMED_DISPERSION`]
+    /// when it cannot be measured: see `basis`).
     pub dispersion: f64,
     /// Degrees of freedom of `dispersion`, or `None` when it was not
-    /// measured (one run per side, or a single leaf).
+    /// measured.
     pub dispersion_df: Option<f64>,
+    /// What `dispersion` was measured over, or why it was assumed.
+    pub basis: DispersionBasis,
     /// The program's time spread between runs of a side, as a coefficient of
     /// variation (0.02 = 2%).
     pub run_spread: f64,
@@ -162,17 +183,24 @@ struct Variance {
     parts: [(f64, Option<f64>); 2],
 }
 
+/// One way to split a side's samples into categories, each sample in at
+/// most one: `categories[c][run]` are category c's samples in each run
+/// (any order, the same category across runs). Samples in no category
+/// count in one more column, the rest.
+pub type Partition = Vec<Vec<f64>>;
+
 /// The measured parts of a side's runs, for [`Noise::measure`].
 #[derive(Debug, Clone, Default)]
 pub struct SideRuns {
     /// Each run's program time (any unit proportional to CPU time) and
     /// samples.
     pub totals: Vec<(f64, f64)>,
-    /// Per function (any order, same function across runs), its *self*
-    /// samples (the stack's leaf) in each run: `per_function[f][run]`. Each
-    /// sample has one leaf, so these split the program's samples the way a
-    /// multinomial draw would.
-    pub per_function: Vec<Vec<f64>>,
+    /// Splits of the samples to measure the dispersion over, in order of
+    /// preference: first the leaf functions (each sample's *self* function),
+    /// then call paths of 2, 3, … frames ending in the leaf. The first that
+    /// gives two columns with enough samples on some side is used, the same
+    /// on both sides.
+    pub partitions: Vec<Partition>,
 }
 
 impl Noise {
@@ -216,62 +244,47 @@ impl Noise {
             (assumed_spread, None)
         };
 
-        // Dispersion: Pearson's χ² of the runs × leaves table of each side
-        // (leaves with enough samples, the rest as one more column), over its
-        // degrees of freedom (k − 1)(C − 1), pooled over the sides. Leaves
-        // partition the samples, so no function counts twice: pooled over
-        // totals instead, the dozen callers that hold every sample at ≈ 100%
-        // diluted one load-sensitive leaf's spread to φ = 1.
-        let (mut chi2, mut chi_df) = (0.0, 0.0);
-        for side in sides {
-            let k = side.totals.len();
-            if k < 2 {
-                continue;
-            }
-            let mut columns: Vec<Vec<f64>> = side
-                .per_function
-                .iter()
-                .filter(|runs| {
-                    runs.len() == k && runs.iter().sum::<f64>() / k as f64 >= DISPERSION_MIN_SAMPLES
-                })
-                .cloned()
-                .collect();
-            let rest: Vec<f64> = (0..k)
-                .map(|r| {
-                    let listed: f64 = columns.iter().map(|c| c[r]).sum();
-                    (side.totals[r].1 - listed).max(0.0)
-                })
-                .collect();
-            if rest.iter().sum::<f64>() / k as f64 >= DISPERSION_MIN_SAMPLES {
-                columns.push(rest);
-            }
-            if columns.len() < 2 {
-                continue;
-            }
-            let rows: Vec<f64> = (0..k).map(|r| columns.iter().map(|c| c[r]).sum()).collect();
-            let all: f64 = rows.iter().sum();
-            if all <= 0.0 {
-                continue;
-            }
-            for column in &columns {
-                let p = column.iter().sum::<f64>() / all;
-                for (n, row) in column.iter().zip(&rows) {
-                    let expected = row * p;
-                    if expected > 0.0 {
-                        chi2 += (n - expected).powi(2) / expected;
+        // Dispersion: Pearson's χ² of the runs × categories table of each
+        // side (categories with enough samples, the rest as one more
+        // column), over its degrees of freedom (k − 1)(C − 1), pooled over
+        // the sides. Categories partition the samples, so no sample counts
+        // twice: pooled over totals instead, the dozen callers that hold
+        // every sample at ≈ 100% diluted one load-sensitive leaf's spread to
+        // φ = 1. Leaves first; a program whose samples all end in one leaf
+        // (a shared helper) is split by the callers above it instead.
+        let several_runs = sides.iter().any(|s| s.totals.len() >= 2);
+        let depths = sides.iter().map(|s| s.partitions.len()).max().unwrap_or(0);
+        let mut measured = None;
+        if several_runs {
+            for depth in 0..depths {
+                let (mut chi2, mut chi_df) = (0.0, 0.0);
+                for side in sides {
+                    if let Some((c, df)) =
+                        side.partitions.get(depth).and_then(|p| chi_square(side, p))
+                    {
+                        chi2 += c;
+                        chi_df += df;
                     }
                 }
+                if chi_df > 0.0 {
+                    let basis = match depth {
+                        0 => DispersionBasis::Leaves,
+                        d => DispersionBasis::CallPaths(d + 1),
+                    };
+                    measured = Some(((chi2 / chi_df).max(1.0), chi_df, basis));
+                    break;
+                }
             }
-            chi_df += ((k - 1) * (columns.len() - 1)) as f64;
         }
-        let (dispersion, dispersion_df) = if chi_df > 0.0 {
-            ((chi2 / chi_df).max(1.0), Some(chi_df))
-        } else {
-            (ASSUMED_DISPERSION, None)
+        let (dispersion, dispersion_df, basis) = match measured {
+            Some((phi, df, basis)) => (phi, Some(df), basis),
+            None if several_runs => (ASSUMED_DISPERSION, None, DispersionBasis::OneCategory),
+            None => (ASSUMED_DISPERSION, None, DispersionBasis::OneRun),
         };
         Noise {
             dispersion,
             dispersion_df,
+            basis,
             run_spread,
             run_spread_df,
         }
@@ -381,6 +394,51 @@ impl Noise {
     }
 }
 
+/// Pearson's χ² of one side's runs × categories table and its degrees of
+/// freedom, or `None` when the side has fewer than two runs or two columns
+/// with enough samples.
+fn chi_square(side: &SideRuns, partition: &Partition) -> Option<(f64, f64)> {
+    let k = side.totals.len();
+    if k < 2 {
+        return None;
+    }
+    let mut columns: Vec<Vec<f64>> = partition
+        .iter()
+        .filter(|runs| {
+            runs.len() == k && runs.iter().sum::<f64>() / k as f64 >= DISPERSION_MIN_SAMPLES
+        })
+        .cloned()
+        .collect();
+    let rest: Vec<f64> = (0..k)
+        .map(|r| {
+            let listed: f64 = columns.iter().map(|c| c[r]).sum();
+            (side.totals[r].1 - listed).max(0.0)
+        })
+        .collect();
+    if rest.iter().sum::<f64>() / k as f64 >= DISPERSION_MIN_SAMPLES {
+        columns.push(rest);
+    }
+    if columns.len() < 2 {
+        return None;
+    }
+    let rows: Vec<f64> = (0..k).map(|r| columns.iter().map(|c| c[r]).sum()).collect();
+    let all: f64 = rows.iter().sum();
+    if all <= 0.0 {
+        return None;
+    }
+    let mut chi2 = 0.0;
+    for column in &columns {
+        let p = column.iter().sum::<f64>() / all;
+        for (n, row) in column.iter().zip(&rows) {
+            let expected = row * p;
+            if expected > 0.0 {
+                chi2 += (n - expected).powi(2) / expected;
+            }
+        }
+    }
+    Some((chi2, ((k - 1) * (columns.len() - 1)) as f64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,7 +472,7 @@ mod tests {
     fn runs(totals: &[f64], per_function: &[&[f64]]) -> SideRuns {
         SideRuns {
             totals: totals.iter().map(|&t| (t, t)).collect(),
-            per_function: per_function.iter().map(|r| r.to_vec()).collect(),
+            partitions: vec![per_function.iter().map(|r| r.to_vec()).collect()],
         }
     }
 
@@ -424,6 +482,39 @@ mod tests {
         let n = Noise::measure([&a, &a], 0.05);
         assert_eq!(n.run_spread, 0.05);
         assert_eq!(n.run_spread_df, None);
+        assert_eq!((n.dispersion, n.dispersion_df), (ASSUMED_DISPERSION, None));
+        assert_eq!(n.basis, DispersionBasis::OneRun);
+    }
+
+    /// Several runs of a program whose samples all end in one leaf: the
+    /// leaves give one column, so the dispersion is measured over the call
+    /// paths into it, and says so.
+    #[test]
+    fn one_leaf_is_measured_over_its_callers() {
+        // Three runs of 1,000 samples, all in `work`; its callers split them
+        // 50/30/20, 3 points apart between runs (binomial SD ≈ 1.5 points).
+        let side = SideRuns {
+            totals: vec![(1000.0, 1000.0); 3],
+            partitions: vec![
+                vec![vec![1000.0; 3]],
+                vec![
+                    vec![500.0, 530.0, 470.0],
+                    vec![300.0, 290.0, 310.0],
+                    vec![200.0, 180.0, 220.0],
+                ],
+            ],
+        };
+        let n = Noise::measure([&side, &side], 0.05);
+        assert_eq!(n.basis, DispersionBasis::CallPaths(2), "{n:?}");
+        assert_eq!(n.dispersion_df, Some(8.0), "{n:?}");
+        assert!(n.dispersion > 1.5, "{n:?}");
+        // Nothing splits them at any depth: assumed, for that reason.
+        let one = SideRuns {
+            partitions: vec![vec![vec![1000.0; 3]]; 2],
+            ..side
+        };
+        let n = Noise::measure([&one, &one], 0.05);
+        assert_eq!(n.basis, DispersionBasis::OneCategory);
         assert_eq!((n.dispersion, n.dispersion_df), (ASSUMED_DISPERSION, None));
     }
 
@@ -482,6 +573,7 @@ mod tests {
         let measured = Noise {
             dispersion: 2.0,
             dispersion_df: Some(8.0),
+            basis: DispersionBasis::Leaves,
             run_spread: 0.0,
             run_spread_df: None,
         };
@@ -512,6 +604,7 @@ mod tests {
         let noise = Noise {
             dispersion: 1.0,
             dispersion_df: None,
+            basis: DispersionBasis::OneRun,
             run_spread: 0.01,
             run_spread_df: Some(4.0),
         };
@@ -531,6 +624,7 @@ mod tests {
         let one = Noise {
             dispersion: 1.0,
             dispersion_df: None,
+            basis: DispersionBasis::OneRun,
             run_spread: 0.05,
             run_spread_df: None,
         };
@@ -543,6 +637,7 @@ mod tests {
         let noise = Noise {
             dispersion: 1.0,
             dispersion_df: None,
+            basis: DispersionBasis::OneRun,
             run_spread: 0.02,
             run_spread_df: None,
         };
@@ -562,6 +657,7 @@ mod tests {
         let mut noise = Noise {
             dispersion: 1.0,
             dispersion_df: None,
+            basis: DispersionBasis::OneRun,
             run_spread: 0.0,
             run_spread_df: None,
         };
@@ -581,6 +677,7 @@ mod tests {
         let noise = Noise {
             dispersion: 1.0,
             dispersion_df: None,
+            basis: DispersionBasis::OneRun,
             run_spread: 0.01,
             run_spread_df: Some(4.0),
         };

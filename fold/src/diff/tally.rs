@@ -1,6 +1,7 @@
 //! One run's numbers for the comparison: per function self and total
 //! weight, the program's weight, and the weight of samples the machine took
-//! (interrupt context). It owns the rule that tells the machine's samples
+//! (interrupt context); and a side's runs tallied together with what turns
+//! their weights into samples and time ([`Tallied`]). It owns the rule that tells the machine's samples
 //! from the program's and does no I/O.
 //!
 //! # The machine's samples
@@ -16,6 +17,10 @@
 //! shares. `diff --keep-interrupts` counts them as ordinary samples.
 
 use rustc_hash::FxHashMap as HashMap;
+
+use super::paths::{PathTree, MAX_PATH_FRAMES};
+use super::stats::{Counts, SideRuns};
+use super::Side;
 
 /// Self and total weight of one function in one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,6 +100,113 @@ fn entry<'a>(map: &'a mut HashMap<String, Weights>, name: &str) -> &'a mut Weigh
         map.insert(name.to_string(), Weights::default());
     }
     map.get_mut(name).expect("inserted above")
+}
+
+/// One side, tallied per run.
+pub(super) struct Tallied {
+    pub runs: Vec<Tally>,
+    /// The program's weight in each run.
+    pub program: Vec<u64>,
+    /// Effective samples per unit of weight, per run.
+    pub samples_per_weight: Vec<f64>,
+    /// Nanoseconds per unit of weight, per run (`None`: no time).
+    pub ns_per_weight: Option<Vec<f64>>,
+}
+
+impl Tallied {
+    pub fn new(side: &Side, keep_interrupts: bool) -> Tallied {
+        let runs: Vec<Tally> = side
+            .runs
+            .iter()
+            .map(|r| tally(&r.stacks, keep_interrupts))
+            .collect();
+        let samples_per_weight = side
+            .runs
+            .iter()
+            .map(|r| {
+                let w = r.weight();
+                if w == 0 {
+                    1.0
+                } else {
+                    r.samples.max(1) as f64 / w as f64
+                }
+            })
+            .collect();
+        let ns_per_weight = side.runs.iter().map(|r| r.ns_per_weight).collect();
+        Tallied {
+            program: runs.iter().map(|t| t.program).collect(),
+            runs,
+            samples_per_weight,
+            ns_per_weight,
+        }
+    }
+
+    /// `f` of each run.
+    pub fn per_run(&self, f: &dyn Fn(&Tally) -> u64) -> Vec<u64> {
+        self.runs.iter().map(f).collect()
+    }
+
+    /// Effective samples of per-run weights `w`, summed over the runs.
+    pub fn samples_of(&self, w: &[u64]) -> f64 {
+        w.iter()
+            .zip(&self.samples_per_weight)
+            .map(|(w, s)| *w as f64 * s)
+            .sum()
+    }
+
+    /// Mean time per run of per-run weights `w`, in ns.
+    pub fn time_of(&self, w: &[u64]) -> Option<f64> {
+        let ns = self.ns_per_weight.as_ref()?;
+        let sum: f64 = w.iter().zip(ns).map(|(w, n)| *w as f64 * n).sum();
+        Some(sum / self.runs.len().max(1) as f64)
+    }
+
+    pub fn counts(&self, w: &[u64]) -> Counts {
+        let program = self.samples_of(&self.program);
+        let ns_per_sample = match self.time_of(&self.program) {
+            Some(t) if program > 0.0 => t * self.runs.len() as f64 / program,
+            _ => 1.0,
+        };
+        Counts {
+            function: self.samples_of(w),
+            program,
+            runs: self.runs.len() as f64,
+            ns_per_sample,
+        }
+    }
+
+    /// The per-run numbers [`Noise::measure`] needs: the program's totals,
+    /// and the samples split by leaf, then by call paths of 2, 3, … frames
+    /// (runs `range` of `tree`).
+    pub fn side_runs(&self, tree: &PathTree, range: std::ops::Range<usize>) -> SideRuns {
+        let totals = self
+            .program
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                let samples = w as f64 * self.samples_per_weight[i];
+                let time = match &self.ns_per_weight {
+                    Some(ns) => w as f64 * ns[i],
+                    None => samples,
+                };
+                (time, samples)
+            })
+            .collect();
+        let partitions = (1..=MAX_PATH_FRAMES)
+            .map(|depth| {
+                tree.partition(depth, range.clone())
+                    .iter()
+                    .map(|runs| {
+                        runs.iter()
+                            .zip(&self.samples_per_weight)
+                            .map(|(w, s)| *w as f64 * s)
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        SideRuns { totals, partitions }
+    }
 }
 
 #[cfg(test)]
