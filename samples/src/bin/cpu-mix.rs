@@ -23,11 +23,13 @@
 //! `#[no_mangle]` and `#[inline(never)]`, so their symbol names are plain and identical in
 //! every build (with or without frame pointers, by cargo or by `rustc` directly).
 //!
-//! This file is self-contained (no dependencies, no sibling modules): `flamerec-samples`
+//! This file and the `work.rs` it includes are all of it (no dependencies): `flamerec-samples`
 //! compiles it directly with `rustc` as well as through cargo.
 
 use std::hint::black_box;
 use std::process::ExitCode;
+
+include!("../work.rs");
 
 /// Units of work run when `--units` is not given; calibrated to about 1 s at opt-level 3
 /// (3.5 µs per unit on a 2-core AMD EPYC VM).
@@ -39,54 +41,8 @@ const BETA_UNITS: u64 = 3;
 const GAMMA_UNITS: u64 = 2;
 const UNITS_PER_ROUND: u64 = ALPHA_UNITS + BETA_UNITS + GAMMA_UNITS;
 
-/// Xorshift steps over the whole state per unit: large enough that call overhead is noise.
-const STEPS_PER_UNIT: u32 = 1024;
-
 /// Largest `--slower` percentage.
 const MAX_SLOWER_PCT: u32 = 1000;
-
-type State = [u64; 8];
-
-const SEED: State = [
-    0x243f_6a88_85a3_08d3,
-    0x1319_8a2e_0370_7344,
-    0xa409_3822_299f_31d0,
-    0x082e_fa98_ec4e_6c89,
-    0x4528_21e6_38d0_1377,
-    0xbe54_66cf_34e9_0c6c,
-    0xc0ac_29b7_c97c_50dd,
-    0x3f84_d5b5_b547_0917,
-];
-
-/// The loop body of every work function, written out in each by a macro rather than by a
-/// shared `#[inline(always)]` function: with debug info, that would be one more (inlined)
-/// frame, and the leaf of every sample. `while` loops rather than iterators for the same
-/// reason: an iterator's inlined `next` would show as std's frames. `salt` differs per
-/// caller only so that LLVM cannot merge the functions into one symbol; it is an equally
-/// sized constant, so the cost is identical.
-macro_rules! units_of_work {
-    ($state:expr, $units:expr, $steps:expr, $salt:expr) => {
-        let mut unit = 0;
-        while unit < $units {
-            // Opaque per unit: the compiler can neither fold units together nor skip one.
-            let state: &mut State = black_box(&mut *$state);
-            let mut step = 0;
-            while step < $steps {
-                let mut i = 0;
-                while i < state.len() {
-                    let mut x = state[i];
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    state[i] = x ^ $salt;
-                    i += 1;
-                }
-                step += 1;
-            }
-            unit += 1;
-        }
-    };
-}
 
 /// 50% of the work.
 #[no_mangle]

@@ -22,11 +22,13 @@
 //! descend function and `deep_stack_leaf`. The functions are `#[no_mangle]` and
 //! `#[inline(never)]`, so their symbol names are plain and identical in every build.
 //!
-//! This file is self-contained (no dependencies, no sibling modules): `flamerec-samples`
+//! This file and the `work.rs` it includes are all of it (no dependencies): `flamerec-samples`
 //! compiles it directly with `rustc` as well as through cargo.
 
 use std::hint::black_box;
 use std::process::ExitCode;
+
+include!("../work.rs");
 
 /// Units of work run when `--units` is not given; calibrated to about 1 s at opt-level 3
 /// (3.5 µs per unit on a 2-core AMD EPYC VM), split between the two threads.
@@ -40,11 +42,6 @@ const UNITS_PER_ROUND: u64 = 10_000;
 
 /// Words of each frame's buffer (2 KiB).
 const FRAME_WORDS: usize = 256;
-
-/// Xorshift steps over the whole state per unit: large enough that call overhead is noise.
-const STEPS_PER_UNIT: u32 = 1024;
-
-type State = [u64; 8];
 
 /// All the work, at the bottom of the recursion.
 #[no_mangle]

@@ -13,11 +13,13 @@
 //! `#[no_mangle]` (an exported function is never inlined), so in the debug information they
 //! are `inline_heavy::inline_heavy_alpha` and so on; `inline_heavy_run` is plain.
 //!
-//! This file is self-contained (no dependencies, no sibling modules): `flamerec-samples`
+//! This file and the `work.rs` it includes are all of it (no dependencies): `flamerec-samples`
 //! compiles it directly with `rustc` as well as through cargo.
 
 use std::hint::black_box;
 use std::process::ExitCode;
+
+include!("../work.rs");
 
 /// Units of work run when `--units` is not given; calibrated to about 1 s at opt-level 3
 /// (3.5 µs per unit on a 2-core AMD EPYC VM).
@@ -28,52 +30,6 @@ const ALPHA_UNITS: u64 = 5;
 const BETA_UNITS: u64 = 3;
 const GAMMA_UNITS: u64 = 2;
 const UNITS_PER_ROUND: u64 = ALPHA_UNITS + BETA_UNITS + GAMMA_UNITS;
-
-/// Xorshift steps over the whole state per unit: large enough that call overhead is noise.
-const STEPS_PER_UNIT: u32 = 1024;
-
-type State = [u64; 8];
-
-const SEED: State = [
-    0x243f_6a88_85a3_08d3,
-    0x1319_8a2e_0370_7344,
-    0xa409_3822_299f_31d0,
-    0x082e_fa98_ec4e_6c89,
-    0x4528_21e6_38d0_1377,
-    0xbe54_66cf_34e9_0c6c,
-    0xc0ac_29b7_c97c_50dd,
-    0x3f84_d5b5_b547_0917,
-];
-
-/// The loop body of every helper, written out in each by a macro rather than by a shared
-/// inline function: that would be one more inlined frame, and the leaf of every sample.
-/// `salt` differs per helper so that their inlined copies stay distinct code; it is an
-/// equally sized constant, so the cost is identical.
-macro_rules! units_of_work {
-    ($state:expr, $units:expr, $salt:expr) => {
-        // `while` loops rather than iterators: an iterator's `next` would be inlined too,
-        // and its instructions would count as std's frames rather than the helper's.
-        let mut unit = 0;
-        while unit < $units {
-            // Opaque per unit: the compiler can neither fold units together nor skip one.
-            let state: &mut State = black_box(&mut *$state);
-            let mut step = 0;
-            while step < STEPS_PER_UNIT {
-                let mut i = 0;
-                while i < state.len() {
-                    let mut x = state[i];
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    state[i] = x ^ $salt;
-                    i += 1;
-                }
-                step += 1;
-            }
-            unit += 1;
-        }
-    };
-}
 
 /// 50% of the work, inlined into `inline_heavy_run`.
 #[inline(always)]
@@ -106,25 +62,8 @@ fn inline_heavy_run(units: u64) -> u64 {
     state.iter().fold(0, |acc, word| acc ^ word)
 }
 
-fn parse_units(mut args: impl Iterator<Item = String>) -> Result<u64, String> {
-    let mut units = DEFAULT_UNITS;
-    while let Some(arg) = args.next() {
-        let value = match arg.as_str() {
-            "--units" => args.next().ok_or("--units needs a value")?,
-            other => match other.strip_prefix("--units=") {
-                Some(value) => value.to_owned(),
-                None => return Err(format!("unexpected argument {other:?}")),
-            },
-        };
-        units = value
-            .parse()
-            .map_err(|_| format!("--units: {value:?} is not a non-negative integer"))?;
-    }
-    Ok(units)
-}
-
 fn main() -> ExitCode {
-    match parse_units(std::env::args().skip(1)) {
+    match parse_units(std::env::args().skip(1), DEFAULT_UNITS) {
         Ok(units) => {
             black_box(inline_heavy_run(units));
             ExitCode::SUCCESS

@@ -11,11 +11,13 @@
 //! shows where a profiler cuts deep stacks. The functions are `#[no_mangle]` and
 //! `#[inline(never)]`, so their symbol names are plain and identical in every build.
 //!
-//! This file is self-contained (no dependencies, no sibling modules): `flamerec-samples`
+//! This file and the `work.rs` it includes are all of it (no dependencies): `flamerec-samples`
 //! compiles it directly with `rustc` as well as through cargo.
 
 use std::hint::black_box;
 use std::process::ExitCode;
+
+include!("../work.rs");
 
 /// Units of work run when `--units` is not given; calibrated to about 1 s at opt-level 3
 /// (3.5 µs per unit on a 2-core AMD EPYC VM).
@@ -23,41 +25,6 @@ const DEFAULT_UNITS: u64 = 285_000;
 
 /// How deep `recursion_descend` recurses below its first call.
 const DEPTH: u32 = 250;
-
-/// Xorshift steps over the whole state per unit: large enough that call overhead is noise.
-const STEPS_PER_UNIT: u32 = 1024;
-
-type State = [u64; 8];
-
-/// The loop body of every work function, written out in each by a macro rather than by a
-/// shared `#[inline(always)]` function: with debug info, that would be one more (inlined)
-/// frame, and the leaf of every sample. `while` loops rather than iterators for the same
-/// reason: an iterator's inlined `next` would show as std's frames. `salt` differs per
-/// caller only so that LLVM cannot merge the functions into one symbol; it is an equally
-/// sized constant, so the cost is identical.
-macro_rules! units_of_work {
-    ($state:expr, $units:expr, $salt:expr) => {
-        let mut unit = 0;
-        while unit < $units {
-            // Opaque per unit: the compiler can neither fold units together nor skip one.
-            let state: &mut State = black_box(&mut *$state);
-            let mut step = 0;
-            while step < STEPS_PER_UNIT {
-                let mut i = 0;
-                while i < state.len() {
-                    let mut x = state[i];
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    state[i] = x ^ $salt;
-                    i += 1;
-                }
-                step += 1;
-            }
-            unit += 1;
-        }
-    };
-}
 
 /// All the work, at the bottom of the recursion.
 #[no_mangle]
@@ -89,25 +56,8 @@ fn recursion_run(units: u64) -> u64 {
     black_box(recursion_descend(DEPTH, units))
 }
 
-fn parse_units(mut args: impl Iterator<Item = String>) -> Result<u64, String> {
-    let mut units = DEFAULT_UNITS;
-    while let Some(arg) = args.next() {
-        let value = match arg.as_str() {
-            "--units" => args.next().ok_or("--units needs a value")?,
-            other => match other.strip_prefix("--units=") {
-                Some(value) => value.to_owned(),
-                None => return Err(format!("unexpected argument {other:?}")),
-            },
-        };
-        units = value
-            .parse()
-            .map_err(|_| format!("--units: {value:?} is not a non-negative integer"))?;
-    }
-    Ok(units)
-}
-
 fn main() -> ExitCode {
-    match parse_units(std::env::args().skip(1)) {
+    match parse_units(std::env::args().skip(1), DEFAULT_UNITS) {
         Ok(units) => {
             black_box(recursion_run(units));
             ExitCode::SUCCESS

@@ -11,13 +11,15 @@
 //! `std::thread::sleep → clock_nanosleep → kernel`; the named functions are `#[no_mangle]`
 //! and `#[inline(never)]`, so their symbol names are plain and identical in every build.
 //!
-//! This file is self-contained (no dependencies, no sibling modules): `flamerec-samples`
+//! This file and the `work.rs` it includes are all of it (no dependencies): `flamerec-samples`
 //! compiles it directly with `rustc` as well as through cargo.
 
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
+
+include!("../work.rs");
 
 /// Rounds run when `--rounds` is not given: about 1 s of wall time.
 const DEFAULT_ROUNDS: u64 = 10;
@@ -28,41 +30,6 @@ const LONG: Duration = Duration::from_millis(60);
 
 /// Units of CPU work per round: about 20 ms (3.5 µs per unit on a 2-core AMD EPYC VM).
 const SPIN_UNITS: u64 = 5_700;
-
-/// Xorshift steps over the whole state per unit, as in the other samples.
-const STEPS_PER_UNIT: u32 = 1024;
-
-type State = [u64; 8];
-
-/// The loop body of every work function, written out in each by a macro rather than by a
-/// shared `#[inline(always)]` function: with debug info, that would be one more (inlined)
-/// frame, and the leaf of every sample. `while` loops rather than iterators for the same
-/// reason: an iterator's inlined `next` would show as std's frames. `salt` differs per
-/// caller only so that LLVM cannot merge the functions into one symbol; it is an equally
-/// sized constant, so the cost is identical.
-macro_rules! units_of_work {
-    ($state:expr, $units:expr, $salt:expr) => {
-        let mut unit = 0;
-        while unit < $units {
-            // Opaque per unit: the compiler can neither fold units together nor skip one.
-            let state: &mut State = black_box(&mut *$state);
-            let mut step = 0;
-            while step < STEPS_PER_UNIT {
-                let mut i = 0;
-                while i < state.len() {
-                    let mut x = state[i];
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    state[i] = x ^ $salt;
-                    i += 1;
-                }
-                step += 1;
-            }
-            unit += 1;
-        }
-    };
-}
 
 /// CPU work: the on-CPU part of the profile.
 #[no_mangle]
