@@ -183,11 +183,9 @@ fn wait_for_cpu(pid: u32, ticks: u64) {
 
 #[test]
 fn attaching_to_a_running_process_records_its_stacks() {
-    // Measures shares, losses or cut stacks: no other workload beside it.
-    let _alone = alone();
-    if !perf_usable() {
+    let Some(_alone) = measuring() else {
         return;
-    }
+    };
     let mut child = background_cpu_mix();
     // In its work before we attach (it runs ≈ 7 s of CPU in all).
     wait_for_cpu(child.id(), 5);
@@ -229,11 +227,9 @@ fn attaching_to_a_running_process_records_its_stacks() {
 /// s; under 10 samples (10 ms) would take N ≈ 200.
 #[test]
 fn system_wide_holds_the_workload_and_never_flamerec() {
-    // Measures shares, losses or cut stacks: no other workload beside it.
-    let _alone = alone();
-    if !perf_usable() {
+    let Some(_alone) = measuring() else {
         return;
-    }
+    };
     let mut child = background_cpu_mix();
     wait_for_cpu(child.id(), 5);
     let dir = tmp();
@@ -499,11 +495,9 @@ fn lost_of(rec: std::process::Child, out: &std::path::Path) -> (u64, u64, String
 
 #[test]
 fn lost_samples_are_counted_per_cpu_stored_and_explained() {
-    // Measures shares, losses or cut stacks: no other workload beside it.
-    let _alone = alone();
-    if !perf_usable() {
+    let Some(_alone) = measuring() else {
         return;
-    }
+    };
     let dir = tmp();
     let out = dir.path().join("lost.frec");
     // The recorder is stopped for a second while the command runs on: its
@@ -590,11 +584,9 @@ fn lost_samples_are_counted_per_cpu_stored_and_explained() {
 
 #[test]
 fn ring_readers_keep_the_rings_empty_while_the_loop_waits_for_its_cpu() {
-    // Measures shares, losses or cut stacks: no other workload beside it.
-    let _alone = alone();
-    if !perf_usable() {
+    let Some(_alone) = measuring() else {
         return;
-    }
+    };
     // The recording loop's thread is confined to the CPU the workload keeps
     // busy, under SCHED_IDLE: it runs only when nothing else would, so it
     // comes to its rings tens to hundreds of milliseconds apart. The rings
@@ -773,11 +765,9 @@ fn a_ring_read_late_does_not_undo_the_exec_read_before_it() {
 
 #[test]
 fn a_ring_still_full_when_the_command_ends_still_counts_what_it_dropped() {
-    // Measures shares, losses or cut stacks: no other workload beside it.
-    let _alone = alone();
-    if !perf_usable() {
+    let Some(_alone) = measuring() else {
         return;
-    }
+    };
     // The loop (flamerec's main thread) is stopped with ptrace from cpu-mix's
     // start to its end, with readers off and 4-page rings (≈ 70 fp samples):
     // the ring fills and stays full, so the kernel never gets to write the
@@ -914,11 +904,9 @@ fn sigterm_is_forwarded_and_a_second_sigint_stops_at_once() {
 
 #[test]
 fn an_unprivileged_recording_at_the_default_rate_loses_almost_nothing_and_keeps_whole_stacks() {
-    // Measures shares, losses or cut stacks: no other workload beside it.
-    let _alone = alone();
-    if !perf_usable() {
+    let Some(_alone) = measuring() else {
         return;
-    }
+    };
     // As root, drop to `nobody`: the ring buffers must then fit
     // kernel.perf_event_mlock_kb, which is where samples used to be lost.
     let bin = sample_bin(Sample::CpuMix, FramePointers::No);

@@ -63,6 +63,14 @@ pub fn alone() -> Alone {
     Alone(guard)
 }
 
+/// For a test that measures shares, losses or cut stacks: the machine to
+/// itself ([`alone`]) once perf events are known to work; `None` when perf
+/// tests are skipped (see [`perf_usable`]).
+pub fn measuring() -> Option<Alone> {
+    let alone = alone();
+    perf_usable().then_some(alone)
+}
+
 /// Held while a workload runs: shared with other tests' workloads, and
 /// nothing to wait for when this thread's test runs [`alone`].
 pub fn workload() -> Option<RwLockReadGuard<'static, ()>> {
