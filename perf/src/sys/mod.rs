@@ -331,6 +331,19 @@ pub fn set_output(fd: &OwnedFd, target: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Runs the BPF program `prog` (a `BPF_PROG_TYPE_PERF_EVENT` program's
+/// descriptor) at each of `fd`'s samples; it decides whether the sample is
+/// written.
+pub fn set_bpf(fd: &OwnedFd, prog: &OwnedFd) -> io::Result<()> {
+    // SAFETY: SET_BPF takes a BPF program descriptor, which `prog` keeps
+    // open for the duration of the call (the kernel takes its own reference).
+    let r = unsafe { pes::ioctls::SET_BPF(fd.as_raw_fd(), prog.as_raw_fd() as u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Disables a perf event (it stops producing samples).
 pub fn disable(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: as in `enable`.

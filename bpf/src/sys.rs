@@ -1,0 +1,150 @@
+//! The crate's one unsafe module: the `bpf(2)` system call for creating
+//! maps, reading and writing their elements, and loading programs.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+
+/// `union bpf_attr` for BPF_MAP_CREATE (the fields flamerec sets; the
+/// rest of the kernel's union is zero, which the size passed covers).
+#[repr(C)]
+#[derive(Default)]
+struct MapCreate {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+}
+
+/// `union bpf_attr` for element access.
+#[repr(C)]
+#[derive(Default)]
+struct MapElem {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+/// `union bpf_attr` for BPF_PROG_LOAD.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoad {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+}
+
+fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<libc::c_long> {
+    // SAFETY: `attr` is a repr(C) prefix of the kernel's `union bpf_attr`
+    // for `cmd`, initialized, and its size is passed with it; the kernel
+    // reads it (and for PROG_LOAD writes into the log buffer it points to,
+    // which the caller keeps alive).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T as *mut libc::c_void,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+fn fd_of(r: libc::c_long) -> OwnedFd {
+    // SAFETY: the kernel just returned `r` as a new descriptor nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(r as i32) }
+}
+
+/// A new map.
+pub(crate) fn map_create(
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+) -> io::Result<OwnedFd> {
+    let mut attr = MapCreate {
+        map_type,
+        key_size,
+        value_size,
+        max_entries,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_CREATE, &mut attr).map(fd_of)
+}
+
+/// Reads the value of `key` into `value`; `Ok(false)` where there is none.
+pub(crate) fn map_lookup(map: &OwnedFd, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
+    let mut attr = MapElem {
+        map_fd: map.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    match bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets `key` to `value`. The caller passes slices of the map's key and
+/// value sizes.
+pub(crate) fn map_update(map: &OwnedFd, key: &[u8], value: &[u8]) -> io::Result<()> {
+    let mut attr = MapElem {
+        map_fd: map.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_ptr() as u64,
+        flags: 0,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+}
+
+/// Loads a program of `prog_type` from `insns` (8 bytes each); on a refusal
+/// the verifier's log is returned with the error (asked for only then: a
+/// log too small for a program that passes fails its load on some kernels).
+pub(crate) fn prog_load(prog_type: u32, insns: &[u8]) -> Result<OwnedFd, (io::Error, String)> {
+    let license = b"GPL\0";
+    let mut attr = ProgLoad {
+        prog_type,
+        insn_cnt: (insns.len() / 8) as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        ..Default::default()
+    };
+    let first = match bpf(BPF_PROG_LOAD, &mut attr) {
+        Ok(r) => return Ok(fd_of(r)),
+        Err(e) => e,
+    };
+    let mut log = vec![0u8; 1 << 20];
+    attr.log_level = 1;
+    attr.log_size = log.len() as u32;
+    attr.log_buf = log.as_mut_ptr() as u64;
+    match bpf(BPF_PROG_LOAD, &mut attr) {
+        Ok(r) => Ok(fd_of(r)),
+        Err(_) => {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Err((first, String::from_utf8_lossy(&log[..end]).into_owned()))
+        }
+    }
+}
