@@ -68,6 +68,7 @@ impl MapKind {
 #[derive(Debug)]
 pub struct Map {
     fd: OwnedFd,
+    kind: MapKind,
     key_size: usize,
     value_size: usize,
 }
@@ -84,6 +85,7 @@ impl Map {
             .map_err(BpfError::Map)?;
         Ok(Map {
             fd,
+            kind,
             key_size: key_size as usize,
             value_size: value_size as usize,
         })
@@ -94,10 +96,15 @@ impl Map {
         self.fd.as_raw_fd()
     }
 
-    /// The value of `key`, if set.
+    /// The value of `key`, if set; of a per-CPU map, every possible CPU's
+    /// value one after another, each padded to a multiple of 8 bytes.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BpfError> {
         let key = self.sized(key, self.key_size)?;
-        let mut value = vec![0; self.value_size];
+        let len = match self.kind {
+            MapKind::PerCpuArray => self.value_size.div_ceil(8) * 8 * possible_cpus(),
+            _ => self.value_size,
+        };
+        let mut value = vec![0; len];
         match sys::map_lookup(&self.fd, key, &mut value) {
             Ok(true) => Ok(Some(value)),
             Ok(false) => Ok(None),
@@ -121,6 +128,20 @@ impl Map {
         }
         Ok(bytes)
     }
+}
+
+/// How many CPUs the kernel may ever bring up (`/sys/devices/system/cpu/possible`):
+/// per-CPU maps hold a value for each.
+pub fn possible_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .and_then(|t| {
+            t.trim()
+                .split(',')
+                .filter_map(|p| p.rsplit('-').next()?.parse::<usize>().ok())
+                .max()
+        })
+        .map_or(1, |last| last + 1)
 }
 
 /// A loaded program.

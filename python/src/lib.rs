@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod binary;
+pub mod bpf;
 pub mod code;
 pub mod layout;
 pub mod memory;

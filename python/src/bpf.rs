@@ -1,0 +1,322 @@
+//! The frame walk as a BPF program, for reading a thread's Python frames
+//! at the moment it is sampled: attached to the sampling event, it runs in
+//! the kernel on the sampled thread's CPU before the sample is written, so
+//! the frames it reads are the ones running then — what a read from user
+//! space afterwards cannot prove for the frames the thread was running.
+//!
+//! One program serves every layout this crate knows: user space says, per
+//! process, which one ([`WalkerMaps::add_process`]) and, per thread, where
+//! its thread state is ([`WalkerMaps::add_thread`]); the offsets go into
+//! the program as immediates. For each sample of a known thread it writes
+//! a [`Record`] into a per-CPU buffer: the thread, then per frame (innermost
+//! first, at most [`MAX_BPF_FRAMES`]) its address, code object, instruction
+//! word and marker word, which user space turns into runs and names
+//! ([`Record::runs`]) as it does for frames it reads itself.
+
+use flamerec_bpf::asm::{self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R6, R7, R8, R9};
+use flamerec_bpf::{BpfError, Map, MapKind, Program};
+
+use crate::layout::{FrameModel, Layout, OWNED_BY_CSTACK};
+use crate::{PyFrame, Run};
+
+/// Frames one sample's walk reads at most.
+pub const MAX_BPF_FRAMES: usize = 96;
+/// Bytes of a record's head: the thread (`tgid << 32 | tid`) and the count.
+const HEAD: usize = 16;
+/// Bytes per frame in a record.
+const ENTRY: usize = 32;
+/// A record's bytes.
+pub const RECORD_LEN: usize = HEAD + MAX_BPF_FRAMES * ENTRY;
+/// Bytes of a frame read at once: every field the walk needs, in every layout.
+const FRAME_READ: i32 = 112;
+/// Where the frame read goes on the program's stack.
+const FRAME_AT: i16 = -128;
+/// The layouts the program knows, by index (the value of the process map).
+const MINORS: [u8; 6] = [8, 9, 10, 11, 12, 13];
+
+/// The layout a process is walked with: 3.8–3.12 from the tables, 3.13 as
+/// 3.13.0 publishes it (a 3.13 that publishes another is not walked here).
+pub fn layout_index(layout: &Layout) -> Option<u32> {
+    let i = MINORS.iter().position(|&m| layout.version == (3, m))?;
+    (known(MINORS[i]).as_ref() == Some(layout)).then_some(i as u32)
+}
+
+fn known(minor: u8) -> Option<Layout> {
+    Layout::for_version(3, minor).or_else(|| (minor == 13).then(layout_313))
+}
+
+/// 3.13.0's layout, as its `_Py_DebugOffsets` publish it.
+fn layout_313() -> Layout {
+    Layout {
+        version: (3, 13),
+        model: FrameModel::EntryShim {
+            in_thread_state: true,
+        },
+        runtime_interpreters_head: 632,
+        interp_next: 7264,
+        interp_threads_head: 7344,
+        tstate_next: 8,
+        tstate_thread_id: 152,
+        tstate_native_thread_id: Some(160),
+        tstate_frame: 72,
+        cframe_current_frame: 0,
+        frame_code: 0,
+        frame_back: 8,
+        frame_instr: 56,
+        frame_marker: 70,
+        code_filename: 112,
+        code_name: 120,
+        code_qualname: Some(128),
+        code_firstlineno: 68,
+        code_linetable: 136,
+        code_firsttraceable: Some(184),
+        code_adaptive: Some(200),
+        ascii_data: 40,
+        compact_data: 56,
+    }
+}
+
+/// The maps a walker program reads and writes.
+#[derive(Debug)]
+pub struct WalkerMaps {
+    /// tgid → layout index.
+    processes: Map,
+    /// tid → thread state address.
+    threads: Map,
+    /// The per-CPU record of the last walk.
+    pub records: Map,
+}
+
+impl WalkerMaps {
+    /// New, empty maps for up to `processes` processes and `threads` threads.
+    pub fn new(processes: u32, threads: u32) -> Result<WalkerMaps, BpfError> {
+        Ok(WalkerMaps {
+            processes: Map::new(MapKind::Hash, 4, 4, processes)?,
+            threads: Map::new(MapKind::Hash, 4, 8, threads)?,
+            records: Map::new(MapKind::PerCpuArray, 4, RECORD_LEN as u32, 1)?,
+        })
+    }
+
+    /// Process `tgid` runs a CPython of `layout` (see [`layout_index`]).
+    pub fn add_process(&self, tgid: u32, layout: u32) -> Result<(), BpfError> {
+        self.processes.set(&tgid.to_ne_bytes(), &layout.to_ne_bytes())
+    }
+
+    /// Thread `tid`'s thread state is at `tstate`.
+    pub fn add_thread(&self, tid: u32, tstate: u64) -> Result<(), BpfError> {
+        self.threads.set(&tid.to_ne_bytes(), &tstate.to_ne_bytes())
+    }
+
+    /// The records every CPU holds now.
+    pub fn records(&self) -> Result<Vec<Record>, BpfError> {
+        let all = self.records.get(&0u32.to_ne_bytes())?.unwrap_or_default();
+        let stride = RECORD_LEN.div_ceil(8) * 8;
+        Ok(all.chunks(stride).filter_map(Record::parse).collect())
+    }
+
+    /// The walker program over these maps.
+    pub fn program(&self) -> Result<Program, BpfError> {
+        Program::perf_event(&self.code())
+    }
+
+    fn code(&self) -> Vec<asm::Insn> {
+        let mut c = Code::new();
+        let out = c.label();
+        c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
+        c.push([asm::mov(R7, R0)]);
+        // The process's layout.
+        c.push([asm::mov(R1, R7), asm::rsh_imm(R1, 32), asm::store(Size::W, FP, -4, R1)]);
+        c.push(asm::load_map(R1, self.processes.fd()));
+        c.push([asm::mov(R2, FP), asm::add_imm(R2, -4), asm::call(helper::MAP_LOOKUP_ELEM)]);
+        c.jump(asm::jeq_imm(R0, 0, 0), out);
+        c.push([asm::load(Size::W, R8, R0, 0), asm::store(Size::W, FP, -8, R8)]);
+        // The thread's state.
+        c.push([asm::store(Size::W, FP, -4, R7)]);
+        c.push(asm::load_map(R1, self.threads.fd()));
+        c.push([asm::mov(R2, FP), asm::add_imm(R2, -4), asm::call(helper::MAP_LOOKUP_ELEM)]);
+        c.jump(asm::jeq_imm(R0, 0, 0), out);
+        c.push([asm::load(Size::DW, R8, R0, 0)]);
+        // The record.
+        c.push([asm::store_imm(Size::W, FP, -4, 0)]);
+        c.push(asm::load_map(R1, self.records.fd()));
+        c.push([asm::mov(R2, FP), asm::add_imm(R2, -4), asm::call(helper::MAP_LOOKUP_ELEM)]);
+        c.jump(asm::jeq_imm(R0, 0, 0), out);
+        c.push([
+            asm::mov(R9, R0),
+            asm::store(Size::DW, R9, 0, R7),
+            asm::store_imm(Size::DW, R9, 8, 0),
+            asm::load(Size::W, R1, FP, -8),
+        ]);
+        // One walk per layout, its offsets as immediates.
+        let walks: Vec<(u8, Label)> = MINORS.iter().map(|&m| (m, c.label())).collect();
+        for (i, (_, l)) in walks.iter().enumerate() {
+            c.jump(asm::jeq_imm(R1, i as i32, 0), *l);
+        }
+        c.jump(asm::ja(0), out);
+        for (minor, l) in walks {
+            c.bind(l);
+            if let Some(layout) = known(minor) {
+                walk(&mut c, &layout, out);
+            }
+            c.jump(asm::ja(0), out);
+        }
+        c.bind(out);
+        c.push([asm::mov_imm(R0, 1), asm::exit()]);
+        c.finish().unwrap_or_default()
+    }
+}
+
+/// `r8` holds the thread state, `r9` the record: reads the frame chain
+/// into the record, then jumps to `out`.
+fn walk(c: &mut Code, l: &Layout, out: Label) {
+    let read8 = |c: &mut Code, base: Reg, off: u64| {
+        // *(fp-16) = *(u64 *)(base + off), from user memory.
+        c.push([
+            asm::mov(R1, FP),
+            asm::add_imm(R1, -16),
+            asm::mov_imm(R2, 8),
+            asm::mov(R3, base),
+            asm::add_imm(R3, off as i32),
+            asm::call(helper::PROBE_READ_USER),
+        ]);
+        c.jump(asm::jne_imm(R0, 0, 0), out);
+        c.push([asm::load(Size::DW, R8, FP, -16)]);
+    };
+    read8(c, R8, l.tstate_frame);
+    if matches!(
+        l.model,
+        FrameModel::EntryFlag
+            | FrameModel::EntryShim {
+                in_thread_state: false
+            }
+    ) {
+        c.jump(asm::jeq_imm(R8, 0, 0), out);
+        read8(c, R8, l.cframe_current_frame);
+    }
+    for i in 0..MAX_BPF_FRAMES {
+        c.jump(asm::jeq_imm(R8, 0, 0), out);
+        c.push([
+            asm::mov(R1, FP),
+            asm::add_imm(R1, i32::from(FRAME_AT)),
+            asm::mov_imm(R2, FRAME_READ),
+            asm::mov(R3, R8),
+            asm::call(helper::PROBE_READ_USER),
+        ]);
+        c.jump(asm::jne_imm(R0, 0, 0), out);
+        let entry = (HEAD + i * ENTRY) as i16;
+        let field = |off: u64| FRAME_AT + off as i16;
+        c.push([asm::store(Size::DW, R9, entry, R8)]);
+        c.push([
+            asm::load(Size::DW, R1, FP, field(l.frame_code)),
+            asm::store(Size::DW, R9, entry + 8, R1),
+            asm::load(Size::DW, R1, FP, field(l.frame_instr)),
+            asm::store(Size::DW, R9, entry + 16, R1),
+        ]);
+        if l.frame_marker != 0 {
+            c.push([
+                asm::load(Size::DW, R1, FP, field(l.frame_marker)),
+                asm::store(Size::DW, R9, entry + 24, R1),
+            ]);
+        }
+        c.push([
+            asm::store_imm(Size::DW, R9, 8, i as i32 + 1),
+            asm::load(Size::DW, R8, FP, field(l.frame_back)),
+        ]);
+    }
+}
+
+/// One walk, as the program wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The sampled process.
+    pub tgid: u32,
+    /// The sampled thread.
+    pub tid: u32,
+    /// Per frame, innermost first: (address, code object, instruction word,
+    /// marker word).
+    pub frames: Vec<[u64; 4]>,
+}
+
+impl Record {
+    /// A record from its bytes; `None` for an empty or malformed one.
+    pub fn parse(b: &[u8]) -> Option<Record> {
+        let word = |at: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+        };
+        let who = word(0)?;
+        let n = usize::try_from(word(8)?).ok()?.min(MAX_BPF_FRAMES);
+        if who == 0 {
+            return None;
+        }
+        let frames = (0..n)
+            .map(|i| {
+                let at = HEAD + i * ENTRY;
+                Some([word(at)?, word(at + 8)?, word(at + 16)?, word(at + 24)?])
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Record {
+            tgid: (who >> 32) as u32,
+            tid: who as u32,
+            frames,
+        })
+    }
+
+    /// The frames cut into runs by `layout`'s marks, as
+    /// [`crate::Interpreter::stack`] cuts those it reads; incomplete frames
+    /// are not told apart here (their code's first traceable instruction is
+    /// in the code object, which user space reads when it names them).
+    pub fn runs(&self, layout: &Layout) -> Vec<Run> {
+        let mut runs = Vec::new();
+        let mut current = Run::default();
+        for &[addr, code, instr, marker] in &self.frames {
+            let lasti = || i64::from(instr as u32 as i32);
+            let index = || {
+                (instr as i64).wrapping_sub((code + layout.code_adaptive.unwrap_or(0)) as i64) / 2
+            };
+            match layout.model {
+                FrameModel::Objects { .. } => {
+                    current.frames.push(PyFrame { code, instr: lasti() });
+                    runs.push(std::mem::take(&mut current));
+                }
+                FrameModel::EntryFlag => {
+                    current.frames.push(PyFrame { code, instr: index() });
+                    if marker & 0xff != 0 {
+                        runs.push(std::mem::take(&mut current));
+                    }
+                }
+                FrameModel::EntryShim { .. } => {
+                    if marker & 0xff == u64::from(OWNED_BY_CSTACK) {
+                        current.marker = Some(addr);
+                        runs.push(std::mem::take(&mut current));
+                    } else {
+                        current.frames.push(PyFrame { code, instr: index() });
+                    }
+                }
+            }
+        }
+        if !current.frames.is_empty() {
+            runs.push(current);
+        }
+        runs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_313_table_is_what_313_publishes() {
+        // `from_debug_offsets` of 3.13.0's published values gives the
+        // table the program is built with.
+        let l = layout_313();
+        assert_eq!(layout_index(&l), Some(5));
+        let mut other = l.clone();
+        other.frame_back = 16;
+        assert_eq!(layout_index(&other), None, "another 3.13 layout is not walked");
+        for minor in 8..=12 {
+            let t = Layout::for_version(3, minor).unwrap();
+            assert_eq!(layout_index(&t), Some(u32::from(minor - 8)));
+        }
+    }
+}
