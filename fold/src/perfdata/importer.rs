@@ -79,6 +79,9 @@ impl Importer {
     fn rel(&mut self, time: Option<u64>) -> u64 {
         match (time, self.base_time) {
             (Some(t), Some(b)) => t.saturating_sub(b),
+            // perf synthesizes the records of processes that ran before it
+            // with time 0: the recording starts at its first real time.
+            (Some(0), None) => 0,
             (Some(t), None) => {
                 self.base_time = Some(t);
                 0

@@ -8,9 +8,12 @@
 //! samples without a callchain (the sample IP alone). User addresses are resolved to
 //! (binary, file offset) through the process's MMAP/MMAP2 records (inherited
 //! on fork, replaced by overlapping mappings), with build ids from the file's
-//! build-id table. Kernel symbols come from `flamerec_symbolize::kallsyms`
-//! (this machine's `/proc/kallsyms`, right when the recording was made on
-//! this machine and kernel: the importer warns when the release differs).
+//! build-id table. Kernel symbols come from `flamerec_symbolize::kallsyms`:
+//! the kallsyms or System.map file given, else this machine's
+//! `/proc/kallsyms` when the recording is of the kernel running here; a
+//! recording of another kernel says so once and keeps its kernel frames as
+//! addresses. File mode and pipe mode (`perf record -o -`) are read by
+//! `linux-perf-data`, pipe mode as a stream.
 //!
 //! Every sample counts 1, as `perf script | stackcollapse-perf` counts.
 
@@ -18,15 +21,18 @@ mod check;
 mod importer;
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::panic::{self, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use flamerec_format::{Metadata, Totals, Writer};
 use linux_perf_data::linux_perf_event_reader::{AttrFlags, SampleFormat, SamplingPolicy};
 use linux_perf_data::{PerfFile, PerfFileReader, PerfFileRecord, PerfRecordIter};
 
 use crate::error::FoldError;
+use crate::input::{Input, InputKind};
 use flamerec_symbolize::kallsyms::Kallsyms;
 use importer::Importer;
 
@@ -38,24 +44,57 @@ pub(crate) struct Imported {
     pub warnings: Vec<String>,
 }
 
-/// Reads the perf.data at `path` into a `.frec` recording.
-pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, FoldError> {
-    let bad = |e: linux_perf_data::Error| FoldError::PerfData {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
+/// Reads perf.data (file or pipe mode) into a `.frec` recording. Kernel
+/// symbols come from `kallsyms` when given, else from this machine's
+/// `/proc/kallsyms` when the recording is of the kernel running here.
+pub(crate) fn import(input: Input, kallsyms: Option<&Path>) -> Result<Imported, FoldError> {
+    let path = input.label().to_path_buf();
+    let bad = |reason: String| FoldError::PerfData {
+        path: path.clone(),
+        reason,
     };
-    let mut file = File::open(path).map_err(|source| FoldError::Open {
-        path: path.to_path_buf(),
+    if input.kind() == InputKind::PerfPipe {
+        let mut stream = input.into_reader();
+        let prefix = check::pipe_prefix(&mut stream).map_err(&bad)?;
+        let cut = Arc::new(AtomicBool::new(false));
+        let records = check::Framer::new(io::Cursor::new(&prefix[16..]).chain(stream), cut.clone());
+        let stream =
+            BufReader::with_capacity(1 << 20, io::Cursor::new(&prefix[..16]).chain(records));
+        // Checked above as far as the parser allocates; a panic left in
+        // it is one more malformed input.
+        let parsed = panic::catch_unwind(AssertUnwindSafe(|| PerfFileReader::parse_pipe(stream)))
+            .map_err(|_| bad("malformed metadata records".into()))?
+            .map_err(|e| bad(e.to_string()))?;
+        let mut imported = convert(parsed, &path, kallsyms)?;
+        if cut.load(Ordering::Relaxed) {
+            imported.warnings.push(format!(
+                "{}: perf.data stream cut inside a record; folded what came before",
+                path.display()
+            ));
+        }
+        return Ok(imported);
+    }
+    let mut file = input.into_seekable().map_err(|source| FoldError::Read {
+        path: path.clone(),
         source,
     })?;
-    prevalidate(&mut file).map_err(|reason| FoldError::PerfData {
-        path: path.to_path_buf(),
-        reason,
-    })?;
+    prevalidate(&mut file).map_err(&bad)?;
+    let parsed = PerfFileReader::parse_file(BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| bad(e.to_string()))?;
+    convert(parsed, &path, kallsyms)
+}
+
+/// The import proper, the same for both modes once the parser has read
+/// the attributes and feature sections.
+fn convert<R: Read>(
+    parsed: PerfFileReader<R>,
+    path: &Path,
+    kallsyms_path: Option<&Path>,
+) -> Result<Imported, FoldError> {
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(BufReader::with_capacity(1 << 20, file)).map_err(bad)?;
+    } = parsed;
 
     let attr = perf_file.event_attributes().first();
     let meta = Metadata {
@@ -109,10 +148,15 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
         .event_attributes()
         .iter()
         .any(|a| !a.attr.flags.contains(AttrFlags::EXCLUDE_KERNEL));
-    // /proc/kallsyms takes a while to read: overlap it with the records.
+    let source = KernelSymbols::choose(kallsyms_path, &kernel_release);
+    // Kernel symbols take a while to read: overlap them with the records.
     let (mut warnings, kallsyms) = std::thread::scope(|sc| {
-        let ksyms = wants_kernel
-            .then(|| sc.spawn(|| Kallsyms::load_from(kallsyms_path).unwrap_or_default()));
+        let ksyms = match (&source, wants_kernel) {
+            (KernelSymbols::File(p), true) => {
+                Some(sc.spawn(move || Kallsyms::load_from(p).unwrap_or_default()))
+            }
+            _ => None,
+        };
         let warnings = read_records(&mut imp, &mut record_iter, &mut perf_file, path);
         let ksyms = ksyms.and_then(|h| h.join().ok()).unwrap_or_default();
         (warnings, ksyms)
@@ -123,22 +167,26 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
     addrs.dedup();
     if !addrs.is_empty() {
         let ksyms = kallsyms.covering(&addrs);
-        if ksyms.is_empty() {
-            warnings.push(format!(
-                "no kernel symbols in {} (run as root or lower kernel.kptr_restrict); \
-                 kernel frames shown as [kernel.kallsyms]+0xADDR",
-                kallsyms_path.display()
-            ));
-        }
         for s in &ksyms {
             imp.conv.writer_mut().kernel_symbol(s);
         }
-        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        if !kernel_release.is_empty() && running.trim() != kernel_release {
-            warnings.push(format!(
-                "kernel symbols come from this machine's kernel {}, the recording is of {kernel_release}",
-                running.trim()
-            ));
+        let unnamed = "kernel frames shown as [kernel.kallsyms]+0xADDR";
+        match &source {
+            KernelSymbols::OtherKernel { running } => warnings.push(format!(
+                "recorded on Linux {kernel_release}, this machine runs {running}: {unnamed}; \
+                 give that kernel's kallsyms or System.map (--kallsyms PATH) to name them"
+            )),
+            KernelSymbols::File(p) if ksyms.is_empty() && kallsyms_path.is_none() => {
+                warnings.push(format!(
+                    "no kernel symbols in {} (run as root or lower kernel.kptr_restrict); {unnamed}",
+                    p.display()
+                ))
+            }
+            KernelSymbols::File(p) if ksyms.is_empty() => warnings.push(format!(
+                "no symbol in {} covers the sampled kernel addresses; {unnamed}",
+                p.display()
+            )),
+            KernelSymbols::File(_) => {}
         }
     }
     let pids: std::collections::HashSet<u32> = imp.threads.values().copied().collect();
@@ -161,6 +209,35 @@ pub(crate) fn import(path: &Path, kallsyms_path: &Path) -> Result<Imported, Fold
             reason: e.to_string(),
         })?;
     Ok(Imported { bytes, warnings })
+}
+
+/// Where the names of a perf.data's kernel frames come from.
+#[derive(Debug, PartialEq, Eq)]
+enum KernelSymbols {
+    /// This file: the one given, or this machine's `/proc/kallsyms` for a
+    /// recording of the kernel running here.
+    File(PathBuf),
+    /// Nowhere: the recording is of another kernel (release `running` here)
+    /// and no symbols of that kernel were given.
+    OtherKernel { running: String },
+}
+
+impl KernelSymbols {
+    /// The choice for a recording of kernel `recorded` (empty when the
+    /// file does not say), with `given` symbols if any.
+    fn choose(given: Option<&Path>, recorded: &str) -> KernelSymbols {
+        if let Some(p) = given {
+            return KernelSymbols::File(p.to_path_buf());
+        }
+        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let running = running.trim();
+        if !recorded.is_empty() && !running.is_empty() && running != recorded {
+            return KernelSymbols::OtherKernel {
+                running: running.to_string(),
+            };
+        }
+        KernelSymbols::File(PathBuf::from("/proc/kallsyms"))
+    }
 }
 
 /// Feeds every record to `imp`; returns a warning when the file ends in damage.

@@ -1,21 +1,26 @@
-//! Reading folded text (`frame;frame;...;leaf COUNT` per line) as one side of
-//! a diff. The rules are in the parent module's docs; this module must not
-//! guess: a line it cannot read is an error with its line number.
+//! Reading folded text (`frame;frame;...;leaf COUNT` per line), for every
+//! command that takes it (fold, diff, view, info, the exports).
+//!
+//! One stack per line: the count is the last whitespace-separated token and
+//! a whole number; frames may contain spaces. Blank lines and lines starting
+//! with `# ` (inferno's comment syntax) are skipped; a line may end in
+//! `\r\n`; repeated stacks add up; counts of 0 are dropped. Any other line
+//! (no count, a count that is not a whole number, no frames, bytes that are
+//! not UTF-8) is an error naming the input and line number: this module must
+//! not guess, and a CI gate must not pass on a half-read profile. Memory
+//! holds the distinct stacks and one line.
 
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::Path;
 
-use super::DiffError;
+use crate::FoldError;
 
 /// Longest piece of a bad line quoted in an error, in characters.
 const QUOTE_CHARS: usize = 40;
 
 /// Distinct stacks with their summed counts, sorted by stack; zero counts dropped.
-pub(super) fn parse<R: BufRead>(
-    mut input: R,
-    path: &Path,
-) -> Result<Vec<(String, u64)>, DiffError> {
+pub fn parse<R: BufRead>(mut input: R, path: &Path) -> Result<Vec<(String, u64)>, FoldError> {
     let mut stacks: HashMap<String, u64> = HashMap::new();
     let mut buf = Vec::new();
     let mut number = 0usize;
@@ -23,7 +28,7 @@ pub(super) fn parse<R: BufRead>(
         buf.clear();
         let n = input
             .read_until(b'\n', &mut buf)
-            .map_err(|source| DiffError::Read {
+            .map_err(|source| FoldError::Read {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -31,7 +36,7 @@ pub(super) fn parse<R: BufRead>(
             break;
         }
         number += 1;
-        let bad = |reason: String| DiffError::Folded {
+        let bad = |reason: String| FoldError::Folded {
             path: path.to_path_buf(),
             line: number,
             reason,
@@ -91,7 +96,7 @@ fn quote(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn parse_str(s: &str) -> Result<Vec<(String, u64)>, DiffError> {
+    fn parse_str(s: &str) -> Result<Vec<(String, u64)>, FoldError> {
         parse(s.as_bytes(), Path::new("x.folded"))
     }
 
