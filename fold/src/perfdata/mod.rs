@@ -68,7 +68,7 @@ pub(crate) fn import(input: Input, kallsyms: Option<&Path>) -> Result<Imported, 
         let mut imported = convert(parsed, &path, kallsyms)?;
         if cut.load(Ordering::Relaxed) {
             imported.warnings.push(format!(
-                "{}: perf.data stream cut inside a record; folded what came before",
+                "{}: perf.data stream ends inside a record (cut short, or other output mixed into it); folded what came before",
                 path.display()
             ));
         }
