@@ -192,10 +192,7 @@ fn fold_text(input: Input, opts: &FoldOptions) -> Result<Profile, FoldError> {
     if !opts.inline {
         return Err(unsupported("--no-inline"));
     }
-    if input.is_empty() {
-        return Err(FoldError::Empty { path });
-    }
-    let mut stacks = input::folded::parse(BufReader::new(input.into_reader()), &path)?;
+    let mut stacks = input.into_folded()?;
     if !opts.comms.is_empty() {
         stacks.retain(|(line, _)| {
             let root = line.split(';').next().unwrap_or_default();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use flamerec_fold::input::{self, folded, InputKind};
+use flamerec_fold::input::{self, InputKind};
 use flamerec_format::{ModuleKind, NamesState, Reader, Summary};
 use serde_json::json;
 
@@ -39,7 +39,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // The recording, read twice: once for counts, once for its tables.
     let (mut file, warnings): (Box<dyn ReadSeek>, Vec<String>) = match kind {
         InputKind::FoldedText => {
-            let stacks = folded::parse(BufReader::new(input.into_reader()), &label)?;
+            let stacks = input.into_folded()?;
             folded_info(&label, &stacks, a.json, &mut w)?;
             w.flush()?;
             return Ok(ExitCode::SUCCESS);

@@ -62,9 +62,12 @@ pub fn fold(path: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
         .output()
         .expect("run flamerec fold");
     assert!(o.status.success(), "fold failed: {}", stderr(&o));
-    String::from_utf8(o.stdout)
-        .expect("utf-8 folded output")
-        .lines()
+    parse_folded(&String::from_utf8(o.stdout).expect("utf-8 folded output"))
+}
+
+/// Folded lines (as `flamerec fold` writes them) as (frames root first, count).
+pub fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
         .map(|l| {
             let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
             (
@@ -73,6 +76,27 @@ pub fn fold(path: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
             )
         })
         .collect()
+}
+
+/// Runs `flamerec ARGS` with `input` on its standard input.
+pub fn flamerec_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = flamerec()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run flamerec");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    // Written from a thread: flamerec may stop reading early (an error).
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for flamerec");
+    let _ = writer.join();
+    out
 }
 
 pub fn info_json(path: &Path) -> serde_json::Value {

@@ -7,10 +7,9 @@
 //! not know how the viewer lays stacks out; that is `tree`'s job.
 
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::path::Path;
 
-use flamerec_fold::input::{folded, weight_unit, Input};
+use flamerec_fold::input::{weight_unit, Input};
 use flamerec_fold::{FoldOptions, Profile};
 
 use crate::ViewerError;
@@ -53,7 +52,7 @@ pub(crate) fn read(path: &Path, opts: &FoldOptions) -> Result<Source, ViewerErro
     }
     // Folded text, read by the same rules as `flamerec diff` and `fold`.
     let label = input.label().to_path_buf();
-    let stacks = folded::parse(BufReader::new(input.into_reader()), &label)?;
+    let stacks = input.into_folded()?;
     let total = stacks.iter().fold(0u64, |a, (_, w)| a.saturating_add(*w));
     Ok(Source {
         info: vec![

@@ -184,6 +184,16 @@ impl Input {
         self.head.is_empty()
     }
 
+    /// Folded text's distinct stacks with their counts, sorted (the rules
+    /// are [`folded`]'s); an empty input is [`FoldError::Empty`].
+    pub fn into_folded(self) -> Result<Vec<(String, u64)>, FoldError> {
+        if self.is_empty() {
+            return Err(FoldError::Empty { path: self.label });
+        }
+        let label = self.label.clone();
+        folded::parse(io::BufReader::new(self.into_reader()), &label)
+    }
+
     /// All of it from the first byte, read once in order.
     pub fn into_reader(self) -> Box<dyn Read + Send> {
         let head = io::Cursor::new(self.head);

@@ -166,6 +166,12 @@ fn convert<R: Read>(
     addrs.sort_unstable();
     addrs.dedup();
     if !addrs.is_empty() {
+        // Kernel addresses in a recording that excluded the kernel (skid
+        // at the boundary) were not foreseen: read the symbols now.
+        let kallsyms = match (&source, wants_kernel) {
+            (KernelSymbols::File(p), false) => Kallsyms::load_from(p).unwrap_or_default(),
+            _ => kallsyms,
+        };
         let ksyms = kallsyms.covering(&addrs);
         for s in &ksyms {
             imp.conv.writer_mut().kernel_symbol(s);
