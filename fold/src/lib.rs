@@ -11,7 +11,9 @@
 //! The writers in this crate format the result; the CLI decides where it goes
 //! and prints [`Profile::damage`] and [`Profile::warnings`].
 //!
-//! Modules: `aggregate` (event stream, thread names, filters), `perfdata`
+//! Modules: [`input`] (opening a path or standard input and telling a
+//! recording, perf.data in file or pipe mode and folded text apart; the
+//! folded-text reader), `aggregate` (event stream, thread names, filters), `perfdata`
 //! (perf.data import), `profile` (stacks and function totals), `output`
 //! (writers), [`export`] (pprof, speedscope and Firefox Profiler files, from
 //! the samples [`FoldOptions::keep_samples`] keeps). Names come from the `flamerec-symbolize` crate (symbol tables,
