@@ -117,7 +117,7 @@ fn convert<R: Read>(
             .flatten()
             .unwrap_or_default()
             .into(),
-        event: attr.and_then(|a| a.name()).unwrap_or("unknown").into(),
+        event: event_name(attr.and_then(|a| a.name()).unwrap_or("unknown")),
         frequency_hz: match attr.map(|a| &a.attr.sampling_policy) {
             Some(SamplingPolicy::Frequency(f)) => *f,
             _ => 0,
@@ -217,6 +217,27 @@ fn convert<R: Read>(
     Ok(Imported { bytes, warnings })
 }
 
+/// perf's name of an event without its precision modifiers (`p`, `P`):
+/// perf adds `:ppp` to its default `cpu-clock`, and how little skid a
+/// counter was asked for does not change what it counts, so
+/// `cpu-clock:ppp` compares and merges with a recording of `cpu-clock`.
+/// Modifiers that do change it (`u`, `k`, …) stay.
+fn event_name(name: &str) -> String {
+    // A tracepoint's `system:name` is no modifier list.
+    let is_modifiers = |m: &str| !m.is_empty() && m.chars().all(|c| "ukhIGHpPSDWe".contains(c));
+    match name.rsplit_once(':') {
+        Some((event, mods)) if is_modifiers(mods) => {
+            let kept: String = mods.chars().filter(|c| !matches!(c, 'p' | 'P')).collect();
+            if kept.is_empty() {
+                event.to_string()
+            } else {
+                format!("{event}:{kept}")
+            }
+        }
+        _ => name.to_string(),
+    }
+}
+
 /// Where the names of a perf.data's kernel frames come from.
 #[derive(Debug, PartialEq, Eq)]
 enum KernelSymbols {
@@ -305,4 +326,19 @@ fn prevalidate(file: &mut File) -> Result<(), String> {
     })?;
     file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_name;
+
+    #[test]
+    fn precision_modifiers_leave_the_event_name() {
+        assert_eq!(event_name("cpu-clock:ppp"), "cpu-clock");
+        assert_eq!(event_name("cycles:P"), "cycles");
+        assert_eq!(event_name("cycles:Pu"), "cycles:u");
+        assert_eq!(event_name("cpu-clock"), "cpu-clock");
+        assert_eq!(event_name("sched:sched_switch"), "sched:sched_switch");
+        assert_eq!(event_name("sched:sched_switch:p"), "sched:sched_switch");
+    }
 }
