@@ -275,6 +275,9 @@ fn read_records<R: Read>(
     path: &Path,
 ) -> Vec<String> {
     let mut warnings = Vec::new();
+    // Records of kinds the parser does not know (a newer perf's) or cannot
+    // read: skipped, and counted for a warning.
+    let mut unreadable = 0u64;
     loop {
         // The record parser does unchecked arithmetic on lengths from the
         // file (a panic in debug builds): a record it cannot survive ends
@@ -285,8 +288,9 @@ fn read_records<R: Read>(
             };
             if let PerfFileRecord::EventRecord { record, .. } = record {
                 let time = record.timestamp();
-                if let Ok(event) = record.parse() {
-                    imp.event(event, time);
+                match record.parse() {
+                    Ok(event) => imp.event(event, time),
+                    Err(_) => unreadable += 1,
                 }
             }
             Ok::<bool, linux_perf_data::Error>(true)
@@ -308,7 +312,12 @@ fn read_records<R: Read>(
         ));
         break;
     }
-
+    if unreadable > 0 {
+        warnings.push(format!(
+            "{}: skipped {unreadable} records this reader cannot parse",
+            path.display()
+        ));
+    }
     warnings
 }
 
