@@ -268,8 +268,12 @@ fn missing_names(
                 "recorded on Linux {recorded}, this machine runs {running}: give that kernel's \
                  kallsyms or System.map with --kallsyms"
             )
+        } else if kind.is_perf_data() {
+            "no kernel symbols readable in /proc/kallsyms (run as root or lower \
+             kernel.kptr_restrict)"
+                .into()
         } else {
-            "no kernel symbols readable here (run as root or lower kernel.kptr_restrict)".into()
+            "the recording holds none".into()
         };
         missing.push(format!(
             "kernel symbols for {kernel_frames} kernel frames: {why}"
