@@ -193,7 +193,8 @@ fn folded_text_takes_every_output_from_a_path_or_stdin() {
         serde_json::from_slice(&fs::read(&json).expect("json")).expect("JSON summary");
     assert_eq!(summary["total_samples"].as_u64(), Some(10), "{summary}");
 
-    let o = flamerec_stdin(&["fold", "-"], FOREIGN_FOLDED.as_bytes());
+    // On stdin, and this time with a newline at the end.
+    let o = flamerec_stdin(&["fold", "-"], format!("{FOREIGN_FOLDED}\r\n").as_bytes());
     assert_eq!(String::from_utf8_lossy(&o.stdout), FOREIGN_FOLDED_OUT);
     let o = flamerec_stdin(&["info", "--json", "-"], FOREIGN_FOLDED.as_bytes());
     assert!(o.status.success(), "{}", stderr(&o));
