@@ -21,7 +21,7 @@ mod check;
 mod importer;
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -172,7 +172,19 @@ fn convert<R: Read>(
             (KernelSymbols::File(p), false) => Kallsyms::load_from(p).unwrap_or_default(),
             _ => kallsyms,
         };
-        let ksyms = kallsyms.covering(&addrs);
+        // A System.map lists link-time addresses: shift by how far the
+        // kernel was moved (0 for a kallsyms of the recorded boot).
+        let slide = match (&source, &imp.kernel_reloc) {
+            (KernelSymbols::File(p), Some((symbol, ran_at))) if kallsyms_path.is_some() => {
+                symbol_address(p, symbol).map_or(0, |linked| ran_at.wrapping_sub(linked))
+            }
+            _ => 0,
+        };
+        let linked: Vec<u64> = addrs.iter().map(|a| a.wrapping_sub(slide)).collect();
+        let mut ksyms = kallsyms.covering(&linked);
+        for s in &mut ksyms {
+            s.start = s.start.wrapping_add(slide);
+        }
         for s in &ksyms {
             imp.conv.writer_mut().kernel_symbol(s);
         }
@@ -236,6 +248,21 @@ fn event_name(name: &str) -> String {
         }
         _ => name.to_string(),
     }
+}
+
+/// The address of `symbol` in a kallsyms or System.map file (read up to
+/// its first 256 MiB, as the symbols are).
+fn symbol_address(path: &Path, symbol: &str) -> Option<u64> {
+    let file = File::open(path).ok()?;
+    BufReader::new(file.take(256 << 20))
+        .split(b'\n')
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let line = String::from_utf8_lossy(&line).into_owned();
+            let mut it = line.split_ascii_whitespace();
+            let (addr, _kind, name) = (it.next()?, it.next()?, it.next()?);
+            (name == symbol).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
 }
 
 /// Where the names of a perf.data's kernel frames come from.
