@@ -14,11 +14,11 @@ use crate::common::*;
 use crate::export::consumers;
 use flamerec_samples::{FramePointers, Sample};
 
-/// `perf record -q -F 999 ARGS -o OUT -- cpu-mix`, with OUT `-` for pipe
+/// `perf record -q -F 999 ARGS -o OUT -- SAMPLE`, with OUT `-` for pipe
 /// mode and `-e cpu-clock` unless ARGS names an event; returns the command
 /// (its stdout is what `-o -` writes).
-fn perf_record(args: &[&str], out: &str, fp: FramePointers) -> Command {
-    let bin = sample_bin(Sample::CpuMix, fp);
+fn perf_record(args: &[&str], out: &str, sample: Sample, fp: FramePointers) -> Command {
+    let bin = sample_bin(sample, fp);
     let mut c = Command::new(consumers::perf());
     c.args(["record", "-q", "-F", "999"]);
     if !args.contains(&"-e") {
@@ -27,14 +27,14 @@ fn perf_record(args: &[&str], out: &str, fp: FramePointers) -> Command {
     c.args(args)
         .args(["-o", out, "--"])
         .arg(bin)
-        .args(Sample::CpuMix.args(Sample::CpuMix.default_work() / 2));
+        .args(sample.args(sample.default_work() / 2));
     c
 }
 
 /// Pipe-mode perf.data of cpu-mix in memory, and the wall time perf took.
 fn pipe_mode_bytes(args: &[&str]) -> (Vec<u8>, f64) {
     let started = Instant::now();
-    let o = perf_record(args, "-", FramePointers::Yes)
+    let o = perf_record(args, "-", Sample::CpuMix, FramePointers::Yes)
         .output()
         .expect("run perf record -o -");
     assert!(o.status.success(), "perf record failed: {}", stderr(&o));
@@ -56,7 +56,7 @@ fn perf_pipe_mode_folds_straight_from_perf_and_saved_to_a_file() {
         return;
     }
     // Straight from perf's stdout into `flamerec fold -`.
-    let mut perf = perf_record(&["-g"], "-", FramePointers::Yes)
+    let mut perf = perf_record(&["-g"], "-", Sample::CpuMix, FramePointers::Yes)
         .stdout(Stdio::piped())
         .spawn()
         .expect("run perf record -o -");
@@ -116,6 +116,7 @@ fn perf_file_mode_compressed_with_dwarf_stacks_reads_from_a_path_or_a_pipe() {
     let o = perf_record(
         &["-z", "--call-graph", "dwarf"],
         data.to_str().expect("utf-8 path"),
+        Sample::CpuMix,
         FramePointers::No,
     )
     .output()
@@ -148,6 +149,56 @@ fn perf_file_mode_compressed_with_dwarf_stacks_reads_from_a_path_or_a_pipe() {
         .output()
         .expect("run flamerec fold - < z.data");
     assert_eq!(folded_ok(&redirected), stacks, "redirected");
+}
+
+#[test]
+fn a_system_map_names_the_kernel_frames_of_a_kernel_that_moved() {
+    if !perf_usable() {
+        return;
+    }
+    let dir = tmp();
+    let data = dir.path().join("sys.data");
+    let o = perf_record(
+        &["-g"],
+        data.to_str().expect("utf-8 path"),
+        Sample::SyscallLoop,
+        FramePointers::Yes,
+    )
+    .output()
+    .expect("run perf record");
+    assert!(o.status.success(), "perf record failed: {}", stderr(&o));
+    // A System.map lists where the kernel was linked, not where it ran:
+    // this kernel's symbols moved 2 MiB down name the same frames.
+    let kallsyms = fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
+    let mut map = String::new();
+    for line in kallsyms.lines() {
+        let (addr, rest) = line.split_once(' ').expect("kallsyms line");
+        let addr = u64::from_str_radix(addr, 16).expect("hex address");
+        if addr != 0 {
+            map.push_str(&format!("{:016x} {rest}\n", addr - 0x20_0000));
+        }
+    }
+    assert!(
+        map.contains(" T _text\n"),
+        "/proc/kallsyms hides its addresses here (kernel.kptr_restrict); this test reads them as root"
+    );
+    let system_map = dir.path().join("System.map");
+    fs::write(&system_map, map).expect("write System.map");
+    let here = fold(&data, &["--kernel-suffix"]);
+    assert!(
+        here.iter()
+            .any(|(s, _)| s.iter().any(|f| f.ends_with("_[k]") && !f.contains("0x"))),
+        "no named kernel frame: {here:?}"
+    );
+    let moved = fold(
+        &data,
+        &[
+            "--kernel-suffix",
+            "--kallsyms",
+            system_map.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert_eq!(moved, here);
 }
 
 /// Folded text as tools write it: a comment, CRLF line ends, no newline at
