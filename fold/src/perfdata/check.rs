@@ -104,6 +104,9 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// Bytes of a pipe-mode stream's header (magic and header size) before
+/// its first record.
+pub(crate) const PIPE_HEADER: usize = 16;
 /// Record types of the metadata at the start of a pipe-mode stream.
 const PIPE_HEADER_ATTR: u32 = 64;
 const PIPE_HEADER_FEATURE: u32 = 80;
@@ -117,7 +120,7 @@ const PIPE_PREFIX_MAX: usize = 16 << 20;
 /// parses. Returns the bytes read, to be handed to the parser in front of
 /// the rest of the stream.
 pub(crate) fn pipe_prefix(input: &mut impl Read) -> Result<Vec<u8>, String> {
-    let mut bytes = vec![0u8; 16];
+    let mut bytes = vec![0u8; PIPE_HEADER];
     input
         .read_exact(&mut bytes)
         .map_err(|_| "too short for a perf.data pipe header")?;

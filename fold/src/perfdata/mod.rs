@@ -57,9 +57,14 @@ pub(crate) fn import(input: Input, kallsyms: Option<&Path>) -> Result<Imported, 
         let mut stream = input.into_reader();
         let prefix = check::pipe_prefix(&mut stream).map_err(&bad)?;
         let cut = Arc::new(AtomicBool::new(false));
-        let records = check::Framer::new(io::Cursor::new(&prefix[16..]).chain(stream), cut.clone());
-        let stream =
-            BufReader::with_capacity(1 << 20, io::Cursor::new(&prefix[..16]).chain(records));
+        let records = check::Framer::new(
+            io::Cursor::new(&prefix[check::PIPE_HEADER..]).chain(stream),
+            cut.clone(),
+        );
+        let stream = BufReader::with_capacity(
+            1 << 20,
+            io::Cursor::new(&prefix[..check::PIPE_HEADER]).chain(records),
+        );
         // Checked above as far as the parser allocates; a panic left in
         // it is one more malformed input.
         let parsed = panic::catch_unwind(AssertUnwindSafe(|| PerfFileReader::parse_pipe(stream)))
