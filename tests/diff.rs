@@ -290,7 +290,7 @@ fn unreadable_inputs_are_one_line_errors() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("cannot read") && err.contains("missing.frec"),
+        err.contains("cannot open") && err.contains("missing.frec"),
         "{err}"
     );
 

@@ -16,6 +16,7 @@ mod diff;
 mod docs;
 mod export;
 mod fold_threads;
+mod inputs;
 mod names;
 mod plt;
 mod record;

@@ -22,6 +22,24 @@ pub enum FoldError {
         /// What the OS said.
         source: io::Error,
     },
+    /// Reading the input failed after it was opened.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The input path.
+        path: PathBuf,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// A line of folded text is not `frame;...;leaf COUNT`.
+    #[error("{}:{line}: {reason}", path.display())]
+    Folded {
+        /// The input path.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with the line.
+        reason: String,
+    },
     /// The input is not a readable `.frec` recording (wrong magic, unknown
     /// version, no metadata) or reading it failed.
     #[error("{}: {source}", path.display())]
@@ -30,6 +48,20 @@ pub enum FoldError {
         path: PathBuf,
         /// What the format reader said.
         source: flamerec_format::FormatError,
+    },
+    /// The input is empty: neither a recording nor folded stacks.
+    #[error("{} is empty: neither a recording nor folded stacks", path.display())]
+    Empty {
+        /// The input path.
+        path: PathBuf,
+    },
+    /// An option asks for something folded text does not carry.
+    #[error("{}: {what}: folded text carries no process ids, thread ids or inlining; give a recording instead", path.display())]
+    Unsupported {
+        /// The input path.
+        path: PathBuf,
+        /// The option that cannot apply.
+        what: &'static str,
     },
     /// The input starts like a `perf.data` file but cannot be imported.
     #[error("{}: not a readable perf.data file: {reason}", path.display())]

@@ -11,7 +11,9 @@
 //! The writers in this crate format the result; the CLI decides where it goes
 //! and prints [`Profile::damage`] and [`Profile::warnings`].
 //!
-//! Modules: `aggregate` (event stream, thread names, filters), `perfdata`
+//! Modules: [`input`] (opening a path or standard input and telling a
+//! recording, perf.data in file or pipe mode and folded text apart; the
+//! folded-text reader), `aggregate` (event stream, thread names, filters), `perfdata`
 //! (perf.data import), `profile` (stacks and function totals), `output`
 //! (writers), [`export`] (pprof, speedscope and Firefox Profiler files, from
 //! the samples [`FoldOptions::keep_samples`] keeps). Names come from the `flamerec-symbolize` crate (symbol tables,
@@ -33,7 +35,6 @@ mod perfdata;
 mod profile;
 mod progress;
 
-use std::fs::File;
 use std::io::{BufReader, Cursor, Read};
 use std::path::{Path, PathBuf};
 
@@ -41,6 +42,7 @@ use flamerec_format::Reader;
 use flamerec_symbolize as symbolize;
 
 pub use error::FoldError;
+use input::{Input, InputKind};
 pub use lines::Stacks;
 pub use merge::merge_profiles;
 pub use output::{write_folded, write_json_summary, write_svg, SUMMARY_SCHEMA};
@@ -77,9 +79,11 @@ pub struct FoldOptions {
     /// Where JIT symbol maps `perf-PID.map` are read from; default `/tmp`,
     /// `None` to ignore them.
     pub perf_map_dir: Option<PathBuf>,
-    /// Kernel symbols for perf.data input (which carries none); default
-    /// `/proc/kallsyms`, right when folding on the recording machine.
-    pub kallsyms: PathBuf,
+    /// Kernel symbols for perf.data input (which carries none): that
+    /// kernel's kallsyms or System.map. `None` (the default) reads this
+    /// machine's `/proc/kallsyms` for a recording of the kernel running
+    /// here, and names no kernel frame of a recording of another kernel.
+    pub kallsyms: Option<PathBuf>,
     /// Ignore the names a recording embeds and read the binaries again.
     pub resymbolize: bool,
     /// Also keep every sample that passes the filters (time, thread,
@@ -103,14 +107,16 @@ impl Default for FoldOptions {
             cache_dir: None,
             debug_dirs: vec![PathBuf::from(symbolize::DEFAULT_DEBUG_DIR)],
             perf_map_dir: Some(PathBuf::from("/tmp")),
-            kallsyms: PathBuf::from("/proc/kallsyms"),
+            kallsyms: None,
             resymbolize: false,
             keep_samples: false,
         }
     }
 }
 
-/// Reads the recording at `path` and folds it.
+/// Reads the input at `path` (`-`: standard input) and folds it: a `.frec`
+/// recording, perf.data in file or pipe mode, or folded text, told apart
+/// by their first bytes ([`input`]).
 ///
 /// A truncated or damaged recording is not an error: the profile holds its
 /// complete chunks and says why it stopped in [`Profile::damage`].
@@ -125,23 +131,77 @@ pub fn fold_recording_with_progress(
     opts: &FoldOptions,
     progress: &FoldProgress,
 ) -> Result<Profile, FoldError> {
-    let file = File::open(path).map_err(|source| FoldError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    fold_input(input::open(path)?, opts, progress)
+}
+
+/// Folds an input already opened (and so judged) by [`input::open`].
+///
+/// Folded text becomes a profile of its stacks (no times, threads or
+/// modules); its roots are kept as they are, `opts.comms` keeps the roots
+/// it names, and the options it cannot honour (`pids`, `tids`, no inlining)
+/// are [`FoldError::Unsupported`].
+pub fn fold_input(
+    input: Input,
+    opts: &FoldOptions,
+    progress: &FoldProgress,
+) -> Result<Profile, FoldError> {
+    let path = input.label().to_path_buf();
     let format_err = |source| FoldError::Format {
-        path: path.to_path_buf(),
+        path: path.clone(),
         source,
     };
-    if input::sniff(path).is_ok_and(|k| k == input::InputKind::PerfData) {
-        let imported = perfdata::import(path, &opts.kallsyms)?;
-        let reader = Reader::new(Cursor::new(imported.bytes)).map_err(format_err)?;
-        let mut profile = fold_reader(reader, path, opts, progress)?;
-        profile.warnings.splice(0..0, imported.warnings);
-        return Ok(profile);
+    match input.kind() {
+        InputKind::FoldedText => fold_text(input, opts),
+        InputKind::PerfData | InputKind::PerfPipe => {
+            let imported = perfdata::import(input, opts.kallsyms.as_deref())?;
+            let reader = Reader::new(Cursor::new(imported.bytes)).map_err(format_err)?;
+            let mut profile = fold_reader(reader, &path, opts, progress)?;
+            profile.warnings.splice(0..0, imported.warnings);
+            Ok(profile)
+        }
+        InputKind::Recording => {
+            let stream = BufReader::with_capacity(1 << 20, input.into_reader());
+            let reader = Reader::new(stream).map_err(format_err)?;
+            fold_reader(reader, &path, opts, progress)
+        }
     }
-    let reader = Reader::new(BufReader::with_capacity(1 << 20, file)).map_err(format_err)?;
-    fold_reader(reader, path, opts, progress)
+}
+
+/// perf.data (file or pipe mode) imported as it is for folding: a `.frec`
+/// recording in memory, and the warnings of its import (another kernel, a
+/// damaged tail), one line each. For `flamerec info`.
+pub fn import_perf_data(
+    input: Input,
+    kallsyms: Option<&Path>,
+) -> Result<(Vec<u8>, Vec<String>), FoldError> {
+    let imported = perfdata::import(input, kallsyms)?;
+    Ok((imported.bytes, imported.warnings))
+}
+
+/// Folded text as a profile, with the filters it can honour applied.
+fn fold_text(input: Input, opts: &FoldOptions) -> Result<Profile, FoldError> {
+    let path = input.label().to_path_buf();
+    let unsupported = |what| FoldError::Unsupported {
+        path: path.clone(),
+        what,
+    };
+    if !opts.pids.is_empty() {
+        return Err(unsupported("--pid"));
+    }
+    if !opts.tids.is_empty() {
+        return Err(unsupported("--tid"));
+    }
+    if !opts.inline {
+        return Err(unsupported("--no-inline"));
+    }
+    let mut stacks = input.into_folded()?;
+    if !opts.comms.is_empty() {
+        stacks.retain(|(line, _)| {
+            let root = line.split(';').next().unwrap_or_default();
+            opts.comms.iter().any(|c| c == root)
+        });
+    }
+    Ok(profile::from_folded(stacks))
 }
 
 fn fold_reader<R: Read>(

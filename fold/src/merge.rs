@@ -5,7 +5,16 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::{FoldError, FunctionStats, Profile};
+use crate::{input, FoldError, FunctionStats, Profile};
+
+/// What a profile records, for a message: its event, or its unit for
+/// folded text.
+fn what(meta: &flamerec_format::Metadata) -> String {
+    match meta.event.as_str() {
+        "" => format!("folded {}", input::weight_unit(meta)),
+        event => event.to_string(),
+    }
+}
 
 /// Merges `profiles` (folded from the recordings `labels`, in that order)
 /// into one: stacks, per-function and per-process weights add up; samples,
@@ -16,19 +25,29 @@ pub fn merge_profiles(mut profiles: Vec<(String, Profile)>) -> Result<Profile, F
     if profiles.len() <= 1 {
         return Ok(profiles.pop().map(|(_, p)| p).unwrap_or_default());
     }
-    let first_event = profiles[0].1.metadata.event.clone();
-    let first_label = profiles[0].0.clone();
+    // Folded text names no event (its metadata's is empty): it adds to
+    // recordings of any event counted in samples.
+    let (first_label, first) = &profiles[0];
     for (label, p) in &profiles[1..] {
-        if p.metadata.event != first_event
-            || p.metadata.weight_unit != profiles[0].1.metadata.weight_unit
-        {
+        let (a, b) = (&first.metadata, &p.metadata);
+        let events_differ = !a.event.is_empty() && !b.event.is_empty() && a.event != b.event;
+        if events_differ || input::weight_unit(a) != input::weight_unit(b) {
             return Err(FoldError::Mismatch {
-                first: first_label,
-                first_event,
+                first: first_label.clone(),
+                first_event: what(a),
                 other: label.clone(),
-                other_event: p.metadata.event.clone(),
+                other_event: what(b),
             });
         }
+    }
+    // The first recording's metadata stands for all, folded text's only
+    // when there is no recording.
+    if let Some(i) = profiles
+        .iter()
+        .position(|(_, p)| !p.metadata.event.is_empty())
+    {
+        let meta = profiles[i].1.metadata.clone();
+        profiles[0].1.metadata = meta;
     }
     let mut iter = profiles.into_iter();
     let (first_label, mut out) = iter.next().expect("two or more profiles");

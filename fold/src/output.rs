@@ -36,10 +36,7 @@ pub fn write_svg<W: Write>(profile: &Profile, title: Option<&str>, out: W) -> io
         None if !profile.metadata.command.is_empty() => profile.metadata.command.join(" "),
         None => "Flame Graph".to_string(),
     };
-    opts.count_name = match profile.metadata.weight_unit.as_str() {
-        "" => "samples".to_string(),
-        unit => unit.to_string(),
-    };
+    opts.count_name = crate::input::weight_unit(&profile.metadata).to_string();
     // Same input, same colors: SVGs can be compared and kept as artifacts.
     opts.hash = true;
     opts.deterministic = true;

@@ -280,6 +280,55 @@ fn fold_entries(
 }
 
 /// The distinct frames under the given leaves, each stack node visited once.
+/// The profile of folded text: its distinct stacks (sorted, as
+/// [`crate::input::folded::parse`] returns them) with per-function totals
+/// counted as for a recording, the root not a function. Folded text has no
+/// modules, processes, times or event: those stay empty.
+pub(crate) fn from_folded(stacks: Vec<(String, u64)>) -> Profile {
+    let mut functions: HashMap<&str, (u64, u64)> = HashMap::default();
+    let mut seen: Vec<&str> = Vec::new();
+    for (line, w) in &stacks {
+        seen.clear();
+        let frames = line.split(';').skip(1);
+        for f in frames {
+            if !seen.contains(&f) {
+                seen.push(f);
+            }
+        }
+        for f in &seen {
+            let e = functions.entry(f).or_default();
+            e.1 = e.1.saturating_add(*w);
+        }
+        if let (Some(leaf), true) = (line.rsplit(';').next(), line.contains(';')) {
+            let e = functions.entry(leaf).or_default();
+            e.0 = e.0.saturating_add(*w);
+        }
+    }
+    let mut functions: Vec<FunctionStats> = functions
+        .into_iter()
+        .map(|(name, (self_weight, total_weight))| FunctionStats {
+            name: name.to_string(),
+            module: String::new(),
+            self_weight,
+            total_weight,
+        })
+        .collect();
+    functions.sort_by(FunctionStats::order);
+    let total = stacks.iter().fold(0u64, |a, (_, w)| a.saturating_add(*w));
+    Profile {
+        metadata: Metadata {
+            target: "folded text".into(),
+            weight_unit: "samples".into(),
+            ..Metadata::default()
+        },
+        stacks: stacks.into(),
+        samples: total,
+        total_weight: total,
+        functions,
+        ..Profile::default()
+    }
+}
+
 pub(crate) fn used_frames(tables: &Tables, leaves: impl Iterator<Item = StackId>) -> Vec<u32> {
     let mut seen_node = vec![false; tables.node_count()];
     let mut seen_frame = vec![false; tables.frames.len()];

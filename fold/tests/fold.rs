@@ -383,12 +383,13 @@ fn truncated_recording_folds_its_complete_chunks_with_damage() {
 }
 
 #[test]
-fn input_that_is_not_a_recording_is_a_one_line_error() {
+fn input_that_cannot_be_read_is_a_one_line_error() {
     let dir = tempfile::tempdir().expect("dir");
-    let cases: [(&str, &[u8]); 3] = [
+    let cases: [(&str, &[u8]); 4] = [
         ("empty", b""),
-        ("text", b"main;foo;bar 12\n"),
+        ("binary", b"\x00\xff\xfe\x01 not text\n"),
         ("perf.data", b"PERFILE2\x68\x00\x00\x00\x00\x00\x00\x00"),
+        ("pipe.data", b"PERFILE2\x10\x00\x00\x00\x00\x00\x00\x00\x01"),
     ];
     for (name, bytes) in cases {
         let path = dir.path().join(name);
@@ -397,15 +398,49 @@ fn input_that_is_not_a_recording_is_a_one_line_error() {
         let msg = err.to_string();
         assert!(!msg.contains('\n'), "{msg}");
         assert!(msg.contains(name), "{msg}");
-        if name == "perf.data" {
-            assert!(matches!(err, FoldError::PerfData { .. }));
-        } else {
-            assert!(matches!(err, FoldError::Format { .. }), "{err:?}");
+        match name {
+            "empty" => assert!(matches!(err, FoldError::Empty { .. }), "{err:?}"),
+            "binary" => assert!(matches!(err, FoldError::Folded { line: 1, .. }), "{err:?}"),
+            _ => assert!(matches!(err, FoldError::PerfData { .. }), "{err:?}"),
         }
     }
     let err = fold_recording(&dir.path().join("nope.frec"), &FoldOptions::default())
         .expect_err("missing file");
     assert!(matches!(err, FoldError::Open { .. }));
+}
+
+/// Folded text folds like a recording: its stacks as they are, functions
+/// counted once per stack, the root not a function; CRLF, a missing final
+/// newline, comments and counts of 0 read as inferno writes and reads them.
+#[test]
+fn folded_text_folds_into_a_profile() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("in.folded");
+    let text = "# from some tool\r\nmy app;main;f;f 3\r\nmy app;main;g 0\nmy app;main;ns::a:b [x] 2\nmy app;main;f;f 1";
+    std::fs::write(&path, text).expect("write");
+    let p = fold_recording(&path, &FoldOptions::default()).expect("fold folded text");
+    assert_eq!(folded(&p), "my app;main;f;f 4\nmy app;main;ns::a:b [x] 2\n");
+    assert_eq!((p.samples, p.total_weight), (6, 6));
+    let f = &p.functions[0];
+    assert_eq!(
+        (f.name.as_str(), f.self_weight, f.total_weight),
+        ("main", 0, 6)
+    );
+    let f = &p.functions[1];
+    assert_eq!(
+        (f.name.as_str(), f.self_weight, f.total_weight),
+        ("f", 4, 4)
+    );
+    assert!(p.functions.iter().all(|f| f.name != "my app"));
+    let opts = FoldOptions {
+        pids: vec![1],
+        ..FoldOptions::default()
+    };
+    let err = fold_recording(&path, &opts).expect_err("--pid on folded text");
+    assert!(
+        matches!(err, FoldError::Unsupported { what: "--pid", .. }),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -2,18 +2,15 @@
 //! several runs each) per function; write a differential SVG, JSON and
 //! Markdown; gate on growth beyond noise.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use flamerec_fold::diff::{
     self, Diff, DiffOptions, Gate, MarkdownOptions, Side, SvgOptions, Trip, DEFAULT_RUN_SPREAD,
 };
 use flamerec_fold::FoldOptions;
 
-use super::Exit;
+use super::{write_to, Exit};
 
 /// Exit status when `--fail-above` trips.
 const GATE_EXIT: u8 = 3;
@@ -61,18 +58,10 @@ pub struct Args {
     /// (from every output and from --fail-above).
     #[arg(long, value_name = "PCT", value_parser = parse_pct)]
     min_share: Option<f64>,
-    /// Symbolization threads for recordings (default: all cores).
-    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    jobs: Option<u16>,
-    /// Keep per-binary symbol caches (keyed by build id) here
-    /// [default: ~/.cache/flamerec].
-    #[arg(long, value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
-    /// Do not read or write the symbol cache.
-    #[arg(long, conflicts_with = "cache_dir")]
-    no_cache: bool,
-    /// Baseline runs: recordings (.frec, perf.data) or folded text; several are one side
-    /// measured several times.
+    #[command(flatten)]
+    naming: super::NamingArgs,
+    /// Baseline runs: recordings (.frec, perf.data) or folded text, `-` for standard input;
+    /// several are one side measured several times.
     #[arg(long = "base", value_name = "BASE", num_args = 1.., conflicts_with = "inputs", requires = "new_runs")]
     base_runs: Vec<PathBuf>,
     /// Runs to compare against them.
@@ -104,15 +93,7 @@ fn parse_pct(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let opts = FoldOptions {
-        jobs: a.jobs.map(usize::from),
-        cache_dir: match (&a.cache_dir, a.no_cache) {
-            (_, true) => None,
-            (Some(dir), false) => Some(dir.clone()),
-            (None, false) => flamerec_fold::default_cache_dir(),
-        },
-        ..FoldOptions::default()
-    };
+    let opts = a.naming.options();
     let (base_paths, new_paths) = match a.inputs.as_slice() {
         [base, new] => (vec![base.clone()], vec![new.clone()]),
         [] if !a.base_runs.is_empty() && !a.new_runs.is_empty() => {
@@ -233,7 +214,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 
 /// The inputs of a side, for the report.
 fn label(paths: &[PathBuf]) -> String {
-    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let names: Vec<String> = paths
+        .iter()
+        .map(|p| flamerec_fold::input::label(p).display().to_string())
+        .collect();
     names.join(", ")
 }
 
@@ -242,23 +226,12 @@ fn load(paths: &[PathBuf], opts: &FoldOptions) -> anyhow::Result<Side> {
     let side = Side::load_runs(paths, opts)?; // DiffError messages name the file.
     for w in &side.warnings {
         match paths {
-            [one] => eprintln!("flamerec: warning: {}: {w}", one.display()),
+            [one] => eprintln!(
+                "flamerec: warning: {}: {w}",
+                flamerec_fold::input::label(one).display()
+            ),
             _ => eprintln!("flamerec: warning: {w}"),
         }
     }
     Ok(side)
-}
-
-/// Writes to `path`, or to stdout when it is `-`.
-fn write_to(path: &Path, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> anyhow::Result<()> {
-    if path == Path::new("-") {
-        let mut w = BufWriter::new(io::stdout().lock());
-        f(&mut w).and_then(|()| w.flush())?;
-        return Ok(());
-    }
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
-    f(&mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -1,16 +1,19 @@
-//! `flamerec fold`: a recording → folded stacks, SVG, JSON summary, and the
-//! exports (pprof, speedscope, Firefox Profiler); folded text → pprof.
+//! `flamerec fold`: recordings, perf.data or folded text (files or standard
+//! input) → folded stacks, SVG, JSON summary, and the exports (pprof,
+//! speedscope, Firefox Profiler; folded text has no times for the last two).
 
-use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use flamerec_fold::export;
+use flamerec_fold::input::{self, Input, InputKind};
 use flamerec_fold::{FoldOptions, FoldProgress, Phase, Profile};
+
+use super::write_to;
 
 /// Arguments of `flamerec fold`.
 #[derive(Debug, clap::Args)]
@@ -57,41 +60,49 @@ pub struct Args {
     /// Append `_[k]` to kernel frames.
     #[arg(long)]
     kernel_suffix: bool,
-    /// Symbolization threads (default: all cores); a recording that names
-    /// all its frames folds on one thread.
-    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    jobs: Option<u16>,
-    /// Keep per-binary symbol caches (keyed by build id) here
-    /// [default: ~/.cache/flamerec].
-    #[arg(long, value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
-    /// Do not read or write the symbol cache.
-    #[arg(long, conflicts_with = "cache_dir")]
-    no_cache: bool,
+    #[command(flatten)]
+    naming: super::NamingArgs,
     /// Ignore the names embedded in the recording and read the binaries again.
     #[arg(long)]
     resymbolize: bool,
-    /// The recording (.frec or perf.data), or folded text for --pprof; several recordings
-    /// (runs, hosts) fold into one profile.
+    /// The inputs: .frec recordings, perf.data (file or pipe mode) or folded text, `-` for
+    /// standard input; several (runs, hosts, kinds) fold into one profile.
     #[arg(required = true, num_args = 1..)]
     inputs: Vec<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let opts = options(&a);
-    if let (Some(pprof), [input]) = (&a.pprof, a.inputs.as_slice()) {
-        // Unreadable input: folding below says why, naming the file.
-        if export::is_folded_text(input).unwrap_or(false) {
-            return pprof_of_folded(&a, input, &opts, pprof);
-        }
-    }
     let mut profiles = Vec::with_capacity(a.inputs.len());
-    for input in &a.inputs {
-        profiles.push((input.display().to_string(), fold(input, &opts)?));
+    let mut folded_text = None;
+    for path in &a.inputs {
+        let input = input::open(path)?;
+        let label = input.label().display().to_string();
+        if input.kind() == InputKind::FoldedText {
+            if a.speedscope.is_some() || a.firefox.is_some() {
+                bail!(
+                    "{label} is folded text, which has no time axis or threads: \
+                     --speedscope and --firefox need a recording (.frec or perf.data)"
+                );
+            }
+            folded_text.get_or_insert_with(|| label.clone());
+        }
+        profiles.push((label, fold(input, &opts)?));
     }
     let profile = flamerec_fold::merge_profiles(profiles)?;
     if let Some(path) = &a.pprof {
-        write_to(path, |w| export::write_pprof(&profile, w))?;
+        // Folded text has no samples to keep: its stacks are the profile.
+        match folded_text {
+            Some(_) => {
+                let stacks: Vec<(String, u64)> = profile
+                    .stacks
+                    .iter()
+                    .map(|(line, w)| (line.into_owned(), w))
+                    .collect();
+                write_to(path, |w| export::write_pprof_folded(&stacks, w))?
+            }
+            None => write_to(path, |w| export::write_pprof(&profile, w))?,
+        }
     }
     if let Some(path) = &a.speedscope {
         write_to(path, |w| export::write_speedscope(&profile, w))?;
@@ -111,12 +122,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Some(path) => write_to(path, |w| flamerec_fold::write_folded(&profile, w))?,
         // With only file outputs asked for, stdout stays quiet.
         None if a.svg.is_some() || a.json.is_some() || a.exports() => {}
-        None => {
-            let stdout = io::stdout().lock();
-            let mut w = BufWriter::new(stdout);
-            flamerec_fold::write_folded(&profile, &mut w)?;
-            w.flush()?;
-        }
+        None => write_to(Path::new("-"), |w| flamerec_fold::write_folded(&profile, w))?,
     }
     // The process ends next and the OS takes the memory back at once:
     // freeing a profile's names one by one (tens of thousands for a
@@ -132,31 +138,6 @@ impl Args {
     }
 }
 
-/// `fold --pprof` of folded text: stacks and counts only.
-fn pprof_of_folded(
-    a: &Args,
-    path: &Path,
-    opts: &FoldOptions,
-    pprof: &Path,
-) -> anyhow::Result<ExitCode> {
-    let input = path.display();
-    if a.speedscope.is_some() || a.firefox.is_some() {
-        bail!(
-            "{input} is folded text, which has no time axis or threads: \
-             --speedscope and --firefox need a recording (.frec or perf.data)"
-        );
-    }
-    if a.svg.is_some() || a.json.is_some() || a.output.is_some() {
-        bail!(
-            "{input} is folded text, which fold converts to --pprof only; \
-             give it to inferno-flamegraph for an SVG"
-        );
-    }
-    let stacks = export::read_folded(path, opts)?;
-    write_to(pprof, |w| export::write_pprof_folded(&stacks, w))?;
-    Ok(ExitCode::SUCCESS)
-}
-
 /// The library's options for these arguments.
 fn options(a: &Args) -> FoldOptions {
     FoldOptions {
@@ -167,16 +148,9 @@ fn options(a: &Args) -> FoldOptions {
         comms: a.comm.clone(),
         kernel_suffix: a.kernel_suffix,
         inline: !a.no_inline,
-        jobs: a.jobs.map(usize::from),
-        cache_dir: match (&a.cache_dir, a.no_cache) {
-            (_, true) => None,
-            (Some(dir), false) => Some(dir.clone()),
-            // Without $HOME, no cache rather than one in a surprising place.
-            (None, false) => flamerec_fold::default_cache_dir(),
-        },
         resymbolize: a.resymbolize,
         keep_samples: a.exports(),
-        ..FoldOptions::default()
+        ..a.naming.options()
     }
 }
 
@@ -211,14 +185,15 @@ fn show_progress(p: &FoldProgress, done: &AtomicBool) {
 }
 
 /// Folds with warnings shown on stderr.
-fn fold(input: &Path, opts: &FoldOptions) -> anyhow::Result<Profile> {
+fn fold(input: Input, opts: &FoldOptions) -> anyhow::Result<Profile> {
+    let label = input.label().to_path_buf();
     let progress = FoldProgress::default();
     let done = AtomicBool::new(false);
     let profile = std::thread::scope(|s| {
         let shower = std::io::stderr()
             .is_terminal()
             .then(|| s.spawn(|| show_progress(&progress, &done)));
-        let p = flamerec_fold::fold_recording_with_progress(input, opts, &progress);
+        let p = flamerec_fold::fold_input(input, opts, &progress);
         done.store(true, Ordering::Relaxed);
         // Woken at once, so a short fold does not wait for the next tick.
         if let Some(h) = shower {
@@ -227,23 +202,12 @@ fn fold(input: &Path, opts: &FoldOptions) -> anyhow::Result<Profile> {
         p
     })?; // FoldError messages name the file.
     if let Some(d) = &profile.damage {
-        eprintln!("flamerec: warning: {}: {d}", input.display());
+        eprintln!("flamerec: warning: {}: {d}", label.display());
     }
     for w in &profile.warnings {
         eprintln!("flamerec: warning: {w}");
     }
     Ok(profile)
-}
-
-fn write_to(
-    path: &Path,
-    f: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
-) -> anyhow::Result<()> {
-    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = BufWriter::new(file);
-    f(&mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Folds `input` and writes an SVG flamegraph to `svg` (for `record --svg`).
@@ -252,7 +216,7 @@ pub fn write_svg_of(input: &Path, svg: &Path, title: Option<&str>) -> anyhow::Re
         cache_dir: flamerec_fold::default_cache_dir(),
         ..FoldOptions::default()
     };
-    let profile = fold(input, &opts)?;
+    let profile = fold(input::open(input)?, &opts)?;
     write_to(svg, |w| flamerec_fold::write_svg(&profile, title, w))
 }
 

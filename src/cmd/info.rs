@@ -1,12 +1,15 @@
-//! `flamerec info`: what a recording holds.
+//! `flamerec info`: what an input holds — a `.frec` recording, perf.data
+//! (file or pipe mode, read as fold reads it) or folded text — and what is
+//! missing to name its frames.
 
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Write};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::io::{self, BufReader, BufWriter, Cursor, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use flamerec_format::{NamesState, Summary};
+use flamerec_fold::input::{self, InputKind};
+use flamerec_format::{ModuleKind, NamesState, Reader, Summary};
 use serde_json::json;
 
 /// Arguments of `flamerec info`.
@@ -15,21 +18,52 @@ pub struct Args {
     /// Print one JSON object (schema flamerec-info/1).
     #[arg(long)]
     json: bool,
-    /// The recording.
+    /// Kernel symbols for perf.data recorded on another kernel: its kallsyms or System.map.
+    #[arg(long, value_name = "PATH")]
+    kallsyms: Option<PathBuf>,
+    /// The input: a .frec recording, perf.data (file or pipe mode) or folded text; `-` for
+    /// standard input.
     input: PathBuf,
 }
 
+/// Binaries named in "missing" before the rest are counted.
+const MISSING_NAMED: usize = 5;
+
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let file =
-        File::open(&a.input).with_context(|| format!("cannot open {}", a.input.display()))?;
-    let s = Summary::read(BufReader::new(file)).with_context(|| a.input.display().to_string())?;
+    let input = input::open(&a.input)?;
+    let kind = input.kind();
+    let label = input.label().to_path_buf();
     // Written, not printed: `flamerec info x.frec | head -1` closes the pipe,
     // which is no error (main says so) where println! would panic.
     let mut w = BufWriter::new(io::stdout().lock());
+    // The recording, read twice: once for counts, once for its tables.
+    let (mut file, warnings): (Box<dyn ReadSeek>, Vec<String>) = match kind {
+        InputKind::FoldedText => {
+            let stacks = input.into_folded()?;
+            folded_info(&label, &stacks, a.json, &mut w)?;
+            w.flush()?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        InputKind::PerfData | InputKind::PerfPipe => {
+            let (bytes, warnings) = flamerec_fold::import_perf_data(input, a.kallsyms.as_deref())?;
+            (Box::new(Cursor::new(bytes)), warnings)
+        }
+        InputKind::Recording => {
+            let file = input
+                .into_seekable()
+                .with_context(|| format!("cannot read {}", label.display()))?;
+            (Box::new(file), Vec::new())
+        }
+    };
+    let s =
+        Summary::read(BufReader::new(&mut file)).with_context(|| label.display().to_string())?;
+    file.seek(SeekFrom::Start(0))?;
+    let missing = missing_names(&mut file, &s, kind, a.kallsyms.is_some());
     let m = &s.metadata;
     if a.json {
         let v = json!({
             "schema": "flamerec-info/1",
+            "format": kind.name(),
             "complete": s.complete,
             "samples": s.samples,
             "lost_samples": s.lost_samples,
@@ -42,6 +76,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "frequency_hz": m.frequency_hz,
             "call_graph": m.call_graph,
             "command": m.command,
+            "host": m.host,
+            "kernel_release": m.kernel_release,
             "processes": s.processes,
             "threads": s.threads,
             "bytes": s.bytes,
@@ -56,6 +92,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             },
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
+            "missing": missing,
+            "warnings": warnings,
         });
         writeln!(w, "{v}")?;
         w.flush()?;
@@ -71,12 +109,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         String::new()
     };
-    writeln!(
-        w,
-        "file:       {} ({}{per_sample}), {state}",
-        a.input.display(),
-        super::human_bytes(s.bytes)
-    )?;
+    let what = match kind {
+        InputKind::Recording => format!("{}{per_sample}", super::human_bytes(s.bytes)),
+        _ => format!("{}, imported", kind_text(kind)),
+    };
+    writeln!(w, "file:       {} ({what}), {state}", label.display())?;
     writeln!(
         w,
         "command:    {}",
@@ -138,8 +175,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             s.completed_stacks, s.truncated_stacks
         )?;
     }
-    if m.weight_unit != "samples" {
-        writeln!(w, "weight:     {} {}", s.weight, m.weight_unit)?;
+    let unit = input::weight_unit(m);
+    if unit != "samples" {
+        writeln!(w, "weight:     {} {unit}", s.weight)?;
     }
     writeln!(w, "processes:  {}, threads: {}", s.processes, s.threads)?;
     let names = match (s.names, &s.names_damage) {
@@ -155,11 +193,159 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "names:      {names} ({} frames named in the file)",
         s.named_frames
     )?;
+    let by = match kind {
+        InputKind::Recording => format!("flamerec {}", m.flamerec_version),
+        _ => "perf".to_string(),
+    };
     writeln!(
         w,
-        "recorded:   on {} (Linux {}) by flamerec {}",
-        m.host, m.kernel_release, m.flamerec_version
+        "recorded:   on {} (Linux {}) by {by}",
+        m.host, m.kernel_release
     )?;
+    match missing.as_slice() {
+        [] => writeln!(w, "missing:    nothing to name its frames")?,
+        [one, rest @ ..] => {
+            writeln!(w, "missing:    {one}")?;
+            for m in rest {
+                writeln!(w, "            {m}")?;
+            }
+        }
+    }
+    for warning in &warnings {
+        writeln!(w, "warning:    {warning}")?;
+    }
     w.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A file or an in-memory recording.
+trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
+/// The input kind in words.
+fn kind_text(kind: InputKind) -> &'static str {
+    match kind {
+        InputKind::Recording => "flamerec recording",
+        InputKind::PerfData => "perf.data, file mode",
+        InputKind::PerfPipe => "perf.data, pipe mode",
+        InputKind::FoldedText => "folded text",
+    }
+}
+
+/// What this machine lacks to name the recording's sampled frames, one
+/// line each: kernel symbols, binaries no longer on disk (when the
+/// recording does not name their frames itself).
+fn missing_names(
+    recording: impl Read,
+    s: &Summary,
+    kind: InputKind,
+    kallsyms_given: bool,
+) -> Vec<String> {
+    let Ok(mut reader) = Reader::new(BufReader::new(recording)) else {
+        return Vec::new();
+    };
+    // Damage was reported by the summary; the tables read so far count.
+    while let Ok(Some(_)) = reader.next_events() {}
+    let t = reader.tables();
+    let mut missing = Vec::new();
+    let kernel_frames = t
+        .frames
+        .iter()
+        .filter(|f| {
+            t.modules
+                .get(f.module as usize)
+                .is_some_and(|m| m.kind == ModuleKind::Kernel)
+        })
+        .count();
+    if kernel_frames > 0 && t.kernel_symbols.is_empty() {
+        let recorded = &s.metadata.kernel_release;
+        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let running = running.trim();
+        let why = if kallsyms_given {
+            "the --kallsyms file covers none of them".to_string()
+        } else if kind.is_perf_data() && !recorded.is_empty() && recorded != running {
+            format!(
+                "recorded on Linux {recorded}, this machine runs {running}: give that kernel's \
+                 kallsyms or System.map with --kallsyms"
+            )
+        } else if kind.is_perf_data() {
+            "no kernel symbols readable in /proc/kallsyms (run as root or lower \
+             kernel.kptr_restrict)"
+                .into()
+        } else {
+            "the recording holds none".into()
+        };
+        missing.push(format!(
+            "kernel symbols for {kernel_frames} kernel frames: {why}"
+        ));
+    }
+    if s.names != NamesState::Embedded {
+        let sampled: BTreeSet<&str> = t
+            .frames
+            .iter()
+            .filter_map(|f| t.modules.get(f.module as usize))
+            .filter(|m| m.kind == ModuleKind::File && !Path::new(&m.path).exists())
+            .map(|m| m.path.as_str())
+            .collect();
+        let n = sampled.len();
+        for path in sampled.iter().take(MISSING_NAMED) {
+            missing.push(format!("binary {path} (not on this machine)"));
+        }
+        if n > MISSING_NAMED {
+            missing.push(format!("and {} more binaries", n - MISSING_NAMED));
+        }
+    }
+    missing
+}
+
+/// `info` of folded text: what it holds, and that its names are final.
+fn folded_info(
+    label: &Path,
+    stacks: &[(String, u64)],
+    json: bool,
+    w: &mut impl Write,
+) -> io::Result<()> {
+    let samples = stacks.iter().fold(0u64, |a, (_, n)| a.saturating_add(*n));
+    let roots: BTreeSet<&str> = stacks
+        .iter()
+        .map(|(line, _)| line.split(';').next().unwrap_or_default())
+        .collect();
+    let deepest = stacks
+        .iter()
+        .map(|(line, _)| line.split(';').count())
+        .max()
+        .unwrap_or(0);
+    if json {
+        let v = json!({
+            "schema": "flamerec-info/1",
+            "format": InputKind::FoldedText.name(),
+            "complete": true,
+            "samples": samples,
+            "stacks": stacks.len(),
+            "roots": roots.len(),
+            "deepest_stack": deepest,
+            "missing": Vec::<String>::new(),
+        });
+        return writeln!(w, "{v}");
+    }
+    writeln!(w, "file:       {} (folded text)", label.display())?;
+    writeln!(
+        w,
+        "samples:    {samples} in {} distinct stacks",
+        stacks.len()
+    )?;
+    writeln!(
+        w,
+        "roots:      {} (first frames: threads or processes, as the folding tool wrote them)",
+        roots.len()
+    )?;
+    writeln!(w, "deepest:    {deepest} frames")?;
+    writeln!(
+        w,
+        "event:      not recorded in folded text (no times, threads or modules)"
+    )?;
+    writeln!(
+        w,
+        "missing:    nothing: folded text names its frames already"
+    )
 }

@@ -9,9 +9,14 @@ mod record;
 mod stacks;
 mod view;
 
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
+use flamerec_fold::FoldOptions;
 
 /// Sampling profiler for Linux: record kernel + user stacks, get flamegraphs.
 #[derive(Debug, Parser)]
@@ -83,4 +88,60 @@ pub fn human_bytes(n: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[u])
     }
+}
+
+/// How recordings are read and named: the flags fold, diff and view share.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NamingArgs {
+    /// Symbolization threads (default: all cores); a recording that names
+    /// all its frames folds on one thread.
+    #[arg(short, long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
+    /// Keep per-binary symbol caches (keyed by build id) here
+    /// [default: ~/.cache/flamerec].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Do not read or write the symbol cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
+    /// Kernel symbols for perf.data: the recorded kernel's /proc/kallsyms
+    /// (copied from that machine) or System.map [default: this machine's
+    /// /proc/kallsyms, for a recording of the kernel running here].
+    #[arg(long, value_name = "PATH")]
+    kallsyms: Option<PathBuf>,
+}
+
+impl NamingArgs {
+    /// The library's options for these flags, the rest default.
+    pub fn options(&self) -> FoldOptions {
+        FoldOptions {
+            jobs: self.jobs.map(usize::from),
+            cache_dir: match (&self.cache_dir, self.no_cache) {
+                (_, true) => None,
+                (Some(dir), false) => Some(dir.clone()),
+                // Without $HOME, no cache rather than one in a surprising place.
+                (None, false) => flamerec_fold::default_cache_dir(),
+            },
+            kallsyms: self.kallsyms.clone(),
+            ..FoldOptions::default()
+        }
+    }
+}
+
+/// Writes to `path`, or to stdout when it is `-`, naming the file in errors.
+pub fn write_to(
+    path: &Path,
+    f: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> anyhow::Result<()> {
+    if flamerec_fold::input::is_stdin(path) {
+        let mut w = BufWriter::new(io::stdout().lock());
+        // A closed pipe stays an io::Error: main reports it as success.
+        f(&mut w).and_then(|()| w.flush())?;
+        return Ok(());
+    }
+    let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut w = BufWriter::new(file);
+    f(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("cannot write {}", path.display()))
 }

@@ -1,12 +1,10 @@
 //! `flamerec view`: the interactive viewer, served on 127.0.0.1 or written
 //! as one self-contained HTML page.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use flamerec_viewer::{Server, ViewData};
 
 /// Arguments of `flamerec view`.
@@ -25,32 +23,31 @@ pub struct Args {
     /// Runs merged into the NEW side of a diff from the --base runs.
     #[arg(long = "new", value_name = "PATH", num_args = 1.., requires = "base_runs")]
     new_runs: Vec<PathBuf>,
-    /// The profile: a .frec recording or folded stacks (the base of a diff when NEW is given).
+    /// The profile: a .frec recording, perf.data or folded stacks, `-` for standard input (the
+    /// base of a diff when NEW is given).
     #[arg(required_unless_present = "base_runs")]
     input: Option<PathBuf>,
     /// A second profile: show the change from INPUT to NEW (red grew, blue shrank).
     new: Option<PathBuf>,
+    #[command(flatten)]
+    naming: super::NamingArgs,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let data = match &a.input {
-        Some(input) => ViewData::load(input, a.new.as_deref())?,
-        None => {
-            let base: Vec<&Path> = a.base_runs.iter().map(PathBuf::as_path).collect();
-            let new: Vec<&Path> = a.new_runs.iter().map(PathBuf::as_path).collect();
-            ViewData::load_runs(&base, (!new.is_empty()).then_some(new.as_slice()))?
-        }
+    let (base, new): (Vec<&Path>, Vec<&Path>) = match &a.input {
+        Some(input) => (vec![input], a.new.iter().map(PathBuf::as_path).collect()),
+        None => (
+            a.base_runs.iter().map(PathBuf::as_path).collect(),
+            a.new_runs.iter().map(PathBuf::as_path).collect(),
+        ),
     };
+    let opts = a.naming.options();
+    let data = ViewData::load_runs(&base, (!new.is_empty()).then_some(new.as_slice()), &opts)?;
     for w in data.warnings() {
         eprintln!("flamerec: warning: {w}");
     }
     if let Some(path) = &a.html {
-        let file =
-            File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-        let mut w = BufWriter::new(file);
-        flamerec_viewer::write_html(&data, &mut w)
-            .and_then(|()| w.flush())
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        super::write_to(path, |w| flamerec_viewer::write_html(&data, w))?;
         return Ok(ExitCode::SUCCESS);
     }
     let server = Server::bind(data, a.port.unwrap_or(0))?;

@@ -131,6 +131,27 @@ pub fn parse_folded(text: &str) -> Stacks {
         .collect()
 }
 
+/// Runs `flamerec ARGS` with `input` on its standard input.
+pub fn flamerec_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = flamerec()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run flamerec");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    // Written from a thread: flamerec may stop reading early (an error).
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for flamerec");
+    let _ = writer.join();
+    out
+}
+
 pub fn info_json(path: &Path) -> serde_json::Value {
     let o = flamerec()
         .args(["info", "--json"])

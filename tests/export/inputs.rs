@@ -1,5 +1,6 @@
 //! Every kind of input and event the exports take: off-CPU recordings
-//! (weights in nanoseconds), perf.data, and folded text (pprof only).
+//! (weights in nanoseconds), perf.data, and folded text (pprof only of the
+//! exports; its other outputs are tested in `tests/inputs.rs`).
 
 use serde_json::Value;
 
@@ -153,7 +154,6 @@ fn folded_text_exports_to_pprof_only() {
             "--pid: folded text carries no process ids",
         ),
         (vec!["--no-inline"], "--no-inline"),
-        (vec!["--svg", "x.svg"], "--pprof only"),
     ] {
         let mut all = args.clone();
         all.extend(["--pprof", pb.to_str().unwrap()]);

@@ -9,7 +9,7 @@
 //! perf as root when missing). Where perf events are denied they fail
 //! naming the cause, unless FLAMEREC_SKIP_PERF_TESTS=1 is set.
 
-mod consumers;
+pub(crate) mod consumers;
 mod hostile;
 mod inputs;
 

@@ -1,17 +1,15 @@
 //! Reading one input — a `.frec` recording or perf.data (folded by
-//! `flamerec-fold`), or folded text (read by fold's diff reader, so `view`
-//! and `diff` accept the same files) — into stacks plus what the viewer
-//! shows about their roots.
+//! `flamerec-fold`), or folded text (read by fold's input layer, so `view`,
+//! `fold` and `diff` accept the same inputs, `-` for standard input) — into
+//! stacks plus what the viewer shows about their roots.
 //!
 //! This module owns input detection and splitting per-thread roots. It must
 //! not know how the viewer lays stacks out; that is `tree`'s job.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 
-use flamerec_fold::diff::Side;
+use flamerec_fold::input::{weight_unit, Input};
 use flamerec_fold::{FoldOptions, Profile};
 
 use crate::ViewerError;
@@ -44,51 +42,46 @@ pub(crate) struct Source {
     pub warnings: Vec<String>,
 }
 
-/// Reads `path`: a `.frec` recording or perf.data (both folded by fold) when its
-/// magic says so, folded text otherwise.
-pub(crate) fn read(path: &Path) -> Result<Source, ViewerError> {
-    let read_err = |source| ViewerError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    if flamerec_fold::input::sniff(path)
-        .map_err(read_err)?
-        .is_recording()
-    {
-        return from_recording(path);
+/// Reads `path` (`-`: standard input) through fold's input layer: a
+/// `.frec` recording or perf.data (folded by fold with `opts`, one root per
+/// thread) or folded text, by its first bytes.
+pub(crate) fn read(path: &Path, opts: &FoldOptions) -> Result<Source, ViewerError> {
+    let input = flamerec_fold::input::open(path)?;
+    if input.kind().is_recording() {
+        return from_recording(input, opts);
     }
-    // Folded text, read by the same rules as `flamerec diff`.
-    let file = File::open(path).map_err(read_err)?;
-    let side = Side::from_folded(BufReader::new(file), path)?;
-    let total = side.total();
+    // Folded text, read by the same rules as `flamerec diff` and `fold`.
+    let label = input.label().to_path_buf();
+    let stacks = input.into_folded()?;
+    let total = stacks.iter().fold(0u64, |a, (_, w)| a.saturating_add(*w));
     Ok(Source {
         info: vec![
-            ("input".into(), path.display().to_string()),
+            ("input".into(), label.display().to_string()),
             ("samples".into(), total.to_string()),
-            ("stacks".into(), side.stacks.len().to_string()),
+            ("stacks".into(), stacks.len().to_string()),
         ],
-        stacks: side.stacks,
+        stacks,
         roots: HashMap::new(),
-        unit: side.weight_unit,
-        warnings: side.warnings,
+        unit: "samples".into(),
+        warnings: Vec::new(),
     })
 }
 
 /// Reads several inputs as one profile: runs of the same program merged,
 /// their stacks summed (a unit that differs from the first input's is an
 /// error: samples and nanoseconds do not add up).
-pub(crate) fn read_all(paths: &[&Path]) -> Result<Source, ViewerError> {
+pub(crate) fn read_all(paths: &[&Path], opts: &FoldOptions) -> Result<Source, ViewerError> {
     let mut iter = paths.iter();
     let Some(first) = iter.next() else {
         return Ok(Source::default());
     };
-    let mut out = read(first)?;
+    let mut out = read(first, opts)?;
     if paths.len() == 1 {
         return Ok(out);
     }
     let mut sum: HashMap<String, u64> = out.stacks.drain(..).collect();
     for path in iter {
-        let next = read(path)?;
+        let next = read(path, opts)?;
         if next.unit != out.unit {
             return Err(ViewerError::Units {
                 first: first.to_path_buf(),
@@ -122,12 +115,14 @@ pub(crate) fn read_all(paths: &[&Path]) -> Result<Source, ViewerError> {
 
 /// Folds a recording with one root per thread, so the page can filter and
 /// group by thread, process or name.
-fn from_recording(path: &Path) -> Result<Source, ViewerError> {
+fn from_recording(input: Input, opts: &FoldOptions) -> Result<Source, ViewerError> {
     let opts = FoldOptions {
         per_thread: true,
-        ..FoldOptions::default()
+        ..opts.clone()
     };
-    let profile = flamerec_fold::fold_recording(path, &opts)?;
+    let path = input.label().to_path_buf();
+    let path = path.as_path();
+    let profile = flamerec_fold::fold_input(input, &opts, &Default::default())?;
     let mut warnings = Vec::new();
     if let Some(d) = &profile.damage {
         warnings.push(format!("{}: {d}", path.display()));
@@ -135,10 +130,7 @@ fn from_recording(path: &Path) -> Result<Source, ViewerError> {
     warnings.extend(profile.warnings.iter().cloned());
     let roots = thread_roots(&profile);
     let info = recording_info(path, &profile);
-    let unit = match profile.metadata.weight_unit.as_str() {
-        "" => "samples".to_string(),
-        u => u.to_string(),
-    };
+    let unit = weight_unit(&profile.metadata).to_string();
     Ok(Source {
         stacks: profile.stacks.into_text(),
         roots,

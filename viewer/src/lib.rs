@@ -38,14 +38,21 @@ impl ViewData {
     /// Each is a `.frec` recording or folded text.
     pub fn load(base: &Path, new: Option<&Path>) -> Result<ViewData, ViewerError> {
         let new = new.map(|n| [n]);
-        Self::load_runs(&[base], new.as_ref().map(|n| &n[..]))
+        let opts = flamerec_fold::FoldOptions::default();
+        Self::load_runs(&[base], new.as_ref().map(|n| &n[..]), &opts)
     }
 
     /// Like [`ViewData::load`] with several runs per side, each side's runs
     /// merged into one profile (stacks summed).
-    pub fn load_runs(base: &[&Path], new: Option<&[&Path]>) -> Result<ViewData, ViewerError> {
-        let first = input::read_all(base)?;
-        let second = new.map(input::read_all).transpose()?;
+    /// Recordings are folded with `opts` (its cache, threads and kernel
+    /// symbols; one root per thread whatever it says).
+    pub fn load_runs(
+        base: &[&Path],
+        new: Option<&[&Path]>,
+        opts: &flamerec_fold::FoldOptions,
+    ) -> Result<ViewData, ViewerError> {
+        let first = input::read_all(base, opts)?;
+        let second = new.map(|n| input::read_all(n, opts)).transpose()?;
         let name = |paths: &[&Path]| match paths {
             [one] => file_name(one),
             [first, rest @ ..] => format!("{} (+{} more)", file_name(first), rest.len()),

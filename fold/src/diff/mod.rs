@@ -53,7 +53,6 @@
 //! improvements, marked *vanished*; new functions are marked *new*.
 
 mod compare;
-mod folded;
 mod json;
 mod markdown;
 mod paths;
@@ -62,12 +61,12 @@ mod svg;
 mod tally;
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::input::{self, folded};
 use crate::{FoldError, FoldOptions, FunctionStats, Profile};
 
 pub use compare::{
@@ -192,21 +191,16 @@ impl Side {
     /// Loads `path`: a recording when it starts with the `FLAMEREC` magic (or
     /// is a perf.data file), folded text otherwise.
     pub fn load(path: &Path, opts: &FoldOptions) -> Result<Side, DiffError> {
-        let read_err = |source| DiffError::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let kind = crate::input::sniff(path).map_err(read_err)?;
-        let mut side = if kind.is_recording() {
-            let profile = crate::fold_recording(path, opts)?;
+        let input = input::open(path)?;
+        let label = input.label().to_path_buf();
+        let mut side = if input.kind().is_recording() {
+            let profile = crate::fold_input(input, opts, &Default::default())?;
             Side::from_profile(profile)
         } else {
-            // Read the whole file again from the start, through one reader.
-            let file = File::open(path).map_err(read_err)?;
-            Side::from_folded(BufReader::new(file), path)?
+            Side::from_folded(BufReader::new(input.into_reader()), &label)?
         };
         for run in &mut side.runs {
-            run.label = path.display().to_string();
+            run.label = label.display().to_string();
         }
         Ok(side)
     }
@@ -319,10 +313,7 @@ impl Side {
         let mut stacks = profile.stacks.into_text();
         stacks.retain(|(_, w)| *w > 0);
         let meta = &profile.metadata;
-        let weight_unit = match meta.weight_unit.as_str() {
-            "" => "samples".to_string(),
-            unit => unit.to_string(),
-        };
+        let weight_unit = input::weight_unit(meta).to_string();
         let run = Run {
             label: String::new(),
             stacks: stacks.clone(),

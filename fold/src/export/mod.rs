@@ -13,48 +13,25 @@
 //! Writers never panic on names: JSON goes through serde, protobuf strings
 //! are length-prefixed bytes.
 //!
-//! Folded text can be exported to pprof only: it has no time axis and no
-//! threads, so speedscope's time order and the Firefox Profiler's tracks
-//! have nothing to show.
+//! Folded text can be exported to pprof only ([`write_pprof_folded`], from
+//! a profile's stacks): it has no time axis and no threads, so speedscope's
+//! time order and the Firefox Profiler's tracks have nothing to show.
 
 mod firefox;
 mod pprof;
 mod proto;
 mod speedscope;
 
-use std::fs::File;
-use std::io::{self, BufReader};
-use std::path::{Path, PathBuf};
+use std::io;
 
 use flamerec_format::{Frame, FrameId, Metadata, Module, Sample, StackId, Tables};
 use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
 use flamerec_symbolize::{FuncId, Function, Symbols};
 use rustc_hash::FxHashMap as HashMap;
-use thiserror::Error;
-
-use crate::diff::{DiffError, Side};
-use crate::FoldOptions;
 
 pub use firefox::write_firefox;
 pub use pprof::{write_pprof, write_pprof_folded};
 pub use speedscope::{write_speedscope, SPEEDSCOPE_SCHEMA};
-
-/// Why folded text cannot be exported as asked. Each renders as one line.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum ExportError {
-    /// The folded text could not be read or parsed.
-    #[error(transparent)]
-    Folded(#[from] DiffError),
-    /// A filter asks for something folded text does not carry.
-    #[error("{}: {what}: folded text carries no process ids, thread ids or inlining; export a recording instead", path.display())]
-    Unsupported {
-        /// The input path.
-        path: PathBuf,
-        /// The option that cannot apply.
-        what: &'static str,
-    },
-}
 
 /// Samples that passed the filters, in time order, with their threads and
 /// the names of the frames they use.
@@ -303,7 +280,7 @@ enum Measure {
 
 impl Measure {
     fn of(meta: &Metadata) -> Measure {
-        if meta.weight_unit == "ns" {
+        if crate::input::weight_unit(meta) == "ns" {
             return Measure::OffCpu;
         }
         // perf.data names may carry modifiers (`cpu-clock:u`).
@@ -324,44 +301,6 @@ fn no_timeline() -> io::Error {
         io::ErrorKind::InvalidInput,
         "the profile kept no samples to export (fold with FoldOptions::keep_samples)",
     )
-}
-
-/// Whether `path` holds folded text rather than a recording (`.frec` or
-/// perf.data), by its first bytes.
-pub fn is_folded_text(path: &Path) -> io::Result<bool> {
-    Ok(crate::input::sniff(path)? == crate::input::InputKind::FoldedText)
-}
-
-/// Reads folded text for [`write_pprof_folded`]: distinct stacks with
-/// their counts, keeping only roots named in `opts.comms` when any. The
-/// options folded text cannot honour (`pids`, `tids`, `inline: false`) are
-/// errors rather than silently ignored.
-pub fn read_folded(path: &Path, opts: &FoldOptions) -> Result<Vec<(String, u64)>, ExportError> {
-    let unsupported = |what| ExportError::Unsupported {
-        path: path.to_path_buf(),
-        what,
-    };
-    if !opts.pids.is_empty() {
-        return Err(unsupported("--pid"));
-    }
-    if !opts.tids.is_empty() {
-        return Err(unsupported("--tid"));
-    }
-    if !opts.inline {
-        return Err(unsupported("--no-inline"));
-    }
-    let file = File::open(path).map_err(|source| DiffError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut stacks = Side::from_folded(BufReader::new(file), path)?.stacks;
-    if !opts.comms.is_empty() {
-        stacks.retain(|(line, _)| {
-            let root = line.split(';').next().unwrap_or_default();
-            opts.comms.iter().any(|c| c == root)
-        });
-    }
-    Ok(stacks)
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ pub fn write_pprof<W: Write>(profile: &Profile, out: W) -> io::Result<()> {
     b.finish(out)
 }
 
-/// Writes folded stacks (`root;frame;...;leaf`, as [`super::read_folded`]
+/// Writes folded stacks (`root;frame;...;leaf`, as a folded-text [`crate::Profile`]
 /// returns them) as a gzipped pprof profile: one `samples/count` value per
 /// stack, the root as the `comm` label, functions by name only.
 pub fn write_pprof_folded<W: Write>(stacks: &[(String, u64)], out: W) -> io::Result<()> {

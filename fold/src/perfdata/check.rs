@@ -6,7 +6,17 @@
 //! first: the header's sections, the feature section table, and inside the
 //! feature sections folding reads (event descriptions, host name, kernel
 //! release, command line). Only little-endian files (`PERFILE2` as is) are
-//! accepted, which is what `crate::input::sniff` detects.
+//! accepted, which is what [`crate::input::InputKind`] detects.
+//!
+//! In pipe mode the same feature sections come as records at the start of
+//! the stream, which the parser reads before handing back control:
+//! [`pipe_prefix`] reads and checks them first.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::input::PERF_DATA_MAGIC;
 
 /// Size of the perf.data file header.
 const HEADER: u64 = 104;
@@ -49,7 +59,7 @@ pub(crate) fn check(
     len: u64,
     mut read_at: impl FnMut(u64, u64) -> Option<Vec<u8>>,
 ) -> Result<(), String> {
-    if head.get(..8) != Some(b"PERFILE2".as_slice()) || len < HEADER {
+    if head.get(..8) != Some(PERF_DATA_MAGIC.as_slice()) || len < HEADER {
         return Err("not a little-endian perf.data file".into());
     }
     let header_size = u64_at(head, 8).unwrap_or(0);
@@ -92,6 +102,130 @@ pub(crate) fn check(
         }
     }
     Ok(())
+}
+
+/// Bytes of a pipe-mode stream's header (magic and header size) before
+/// its first record.
+pub(crate) const PIPE_HEADER: usize = 16;
+/// Record types of the metadata at the start of a pipe-mode stream.
+const PIPE_HEADER_ATTR: u32 = 64;
+const PIPE_HEADER_FEATURE: u32 = 80;
+/// Most bytes of metadata records read ahead of the first event (perf
+/// writes a few KiB; a stream of nothing but metadata is not a profile).
+const PIPE_PREFIX_MAX: usize = 16 << 20;
+
+/// Reads the pipe header and the metadata records (attributes, feature
+/// sections) that `linux-perf-data`'s `parse_pipe` will read, up to and
+/// including the first other record, checking the feature sections it
+/// parses. Returns the bytes read, to be handed to the parser in front of
+/// the rest of the stream.
+pub(crate) fn pipe_prefix(input: &mut impl Read) -> Result<Vec<u8>, String> {
+    let mut bytes = vec![0u8; PIPE_HEADER];
+    input
+        .read_exact(&mut bytes)
+        .map_err(|_| "too short for a perf.data pipe header")?;
+    loop {
+        let at = bytes.len();
+        bytes.resize(at + 8, 0);
+        // A stream of metadata only ends here; the parser says what it lacks.
+        if input.read_exact(&mut bytes[at..]).is_err() {
+            bytes.truncate(at);
+            return Ok(bytes);
+        }
+        let kind = u32_at(&bytes, at as u64).unwrap_or(0);
+        let size = usize::from(u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]));
+        if size < 8 {
+            return Err(format!(
+                "record at byte {at} has the impossible size {size}"
+            ));
+        }
+        if at + size > PIPE_PREFIX_MAX {
+            return Err("more than 16 MiB of metadata before the first event".into());
+        }
+        bytes.resize(at + size, 0);
+        if input.read_exact(&mut bytes[at + 8..]).is_err() {
+            return Err(format!("the stream ends inside the record at byte {at}"));
+        }
+        match kind {
+            PIPE_HEADER_ATTR => {}
+            PIPE_HEADER_FEATURE => {
+                let body = &bytes[at + 8..];
+                let feature = u64_at(body, 0).unwrap_or(u64::MAX);
+                let data = body.get(8..).unwrap_or_default();
+                let ok = match u32::try_from(feature) {
+                    Ok(FEAT_EVENT_DESC) => event_desc_ok(data),
+                    Ok(FEAT_HOSTNAME | FEAT_OSRELEASE) => string_ok(data, 0).is_some(),
+                    Ok(FEAT_CMDLINE) => string_list_ok(data),
+                    _ => true,
+                };
+                if !ok {
+                    return Err(format!("feature record {feature} is malformed"));
+                }
+            }
+            // The first event: the parser stops reading metadata here.
+            _ => return Ok(bytes),
+        }
+    }
+}
+
+/// Follows the record framing of a pipe-mode stream as it is read (from
+/// the first record, after the 16-byte pipe header), so that the end of the
+/// stream can be told apart from a stream cut inside a record: the parser
+/// takes both for the end.
+pub(crate) struct Framer<R> {
+    inner: R,
+    /// The record header being read, and how much of it has come.
+    header: [u8; 8],
+    have: usize,
+    /// Bytes of the current record's body still to come.
+    body_left: usize,
+    /// Set when the stream ended inside a record.
+    cut: Arc<AtomicBool>,
+}
+
+impl<R: Read> Framer<R> {
+    /// A framer over `inner`, which starts at a record; `cut` is set when it
+    /// ends inside one.
+    pub(crate) fn new(inner: R, cut: Arc<AtomicBool>) -> Self {
+        Framer {
+            inner,
+            header: [0; 8],
+            have: 0,
+            body_left: 0,
+            cut,
+        }
+    }
+
+    fn follow(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(bytes.len());
+                self.body_left -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (8 - self.have).min(bytes.len());
+            self.header[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+            self.have += n;
+            bytes = &bytes[n..];
+            if self.have == 8 {
+                self.have = 0;
+                let size = usize::from(u16::from_le_bytes([self.header[6], self.header[7]]));
+                self.body_left = size.saturating_sub(8);
+            }
+        }
+    }
+}
+
+impl<R: Read> Read for Framer<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() && (self.have > 0 || self.body_left > 0) {
+            self.cut.store(true, Ordering::Relaxed);
+        }
+        self.follow(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// A `perf_header_string` at `at`: u32 length + bytes. Returns its end.
@@ -175,9 +309,33 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_cut_inside_a_record_is_told_from_its_end() {
+        let record = |size: u16| {
+            let mut r = vec![9, 0, 0, 0, 0, 0];
+            r.extend(size.to_le_bytes());
+            r.resize(usize::from(size), 7);
+            r
+        };
+        let whole = [record(24), record(8), record(40)].concat();
+        for (len, cut) in [
+            (whole.len(), false),
+            (whole.len() - 1, true),
+            (30, true),
+            (32, false),
+        ] {
+            let flag = Arc::new(AtomicBool::new(false));
+            let mut f = Framer::new(&whole[..len], flag.clone());
+            let mut out = Vec::new();
+            f.read_to_end(&mut out).expect("read");
+            assert_eq!(out.len(), len);
+            assert_eq!(flag.load(Ordering::Relaxed), cut, "{len}");
+        }
+    }
+
+    #[test]
     fn header_sections_must_fit() {
         let mut head = vec![0u8; 104];
-        head[..8].copy_from_slice(b"PERFILE2");
+        head[..8].copy_from_slice(PERF_DATA_MAGIC);
         head[8] = 104;
         assert!(
             check(&head, 104, |_, _| Some(Vec::new())).is_err(),

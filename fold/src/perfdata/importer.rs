@@ -40,6 +40,9 @@ pub(super) struct Importer {
     build_ids: HashMap<Vec<u8>, Vec<u8>>,
     /// Every kernel address used (symbols are looked up at the end).
     pub(super) kernel_addrs: Vec<u64>,
+    /// The kernel's relocation symbol (`_text`) and the address it ran at,
+    /// from the kernel's map record.
+    pub(super) kernel_reloc: Option<(String, u64)>,
     /// The sample's frames, leaf first.
     frames: Vec<Frame>,
     base_time: Option<u64>,
@@ -67,6 +70,7 @@ impl Importer {
             conv: Converter::new(w, unwinder),
             build_ids,
             kernel_addrs: Vec::new(),
+            kernel_reloc: None,
             frames: Vec::new(),
             base_time: None,
             last_time_ns: 0,
@@ -79,6 +83,9 @@ impl Importer {
     fn rel(&mut self, time: Option<u64>) -> u64 {
         match (time, self.base_time) {
             (Some(t), Some(b)) => t.saturating_sub(b),
+            // perf synthesizes the records of processes that ran before it
+            // with time 0: the recording starts at its first real time.
+            (Some(0), None) => 0,
             (Some(t), None) => {
                 self.base_time = Some(t);
                 0
@@ -182,6 +189,17 @@ impl Importer {
                     exec: m.protection & PROT_EXEC != 0,
                     time,
                 });
+            }
+            EventRecord::Mmap(m) if self.kernel_reloc.is_none() => {
+                // The kernel's map: `[kernel.kallsyms]_text`, its page offset
+                // the address `_text` ran at (after address randomization).
+                let path = m.path.as_slice();
+                if let Some(symbol) = path.strip_prefix(b"[kernel.kallsyms]".as_slice()) {
+                    let symbol = String::from_utf8_lossy(symbol).into_owned();
+                    if !symbol.is_empty() {
+                        self.kernel_reloc = Some((symbol, m.page_offset));
+                    }
+                }
             }
             EventRecord::Lost(l) => {
                 self.lost = self.lost.saturating_add(l.count);

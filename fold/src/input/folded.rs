@@ -1,29 +1,40 @@
-//! Reading folded text (`frame;frame;...;leaf COUNT` per line) as one side of
-//! a diff. The rules are in the parent module's docs; this module must not
-//! guess: a line it cannot read is an error with its line number.
+//! Reading folded text (`frame;frame;...;leaf COUNT` per line), for every
+//! command that takes it (fold, diff, view, info, the exports).
+//!
+//! One stack per line: the count is the last whitespace-separated token and
+//! a whole number; frames may contain spaces. Blank lines and lines starting
+//! with `# ` (inferno's comment syntax) are skipped; a line may end in
+//! `\r\n`; repeated stacks add up; counts of 0 are dropped. Any other line
+//! (no count, a count that is not a whole number, no frames, bytes that are
+//! not UTF-8) is an error naming the input and line number: this module must
+//! not guess, and a CI gate must not pass on a half-read profile. Memory
+//! holds the distinct stacks and one line.
 
 use std::collections::HashMap;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::path::Path;
 
-use super::DiffError;
+use crate::FoldError;
 
 /// Longest piece of a bad line quoted in an error, in characters.
 const QUOTE_CHARS: usize = 40;
+/// Longest line read, in bytes: a stack of 10,000 frames of 1,000
+/// characters each fits, a binary file without a line break does not.
+pub const MAX_LINE: usize = 16 << 20;
 
 /// Distinct stacks with their summed counts, sorted by stack; zero counts dropped.
-pub(super) fn parse<R: BufRead>(
-    mut input: R,
-    path: &Path,
-) -> Result<Vec<(String, u64)>, DiffError> {
+pub fn parse<R: BufRead>(mut input: R, path: &Path) -> Result<Vec<(String, u64)>, FoldError> {
     let mut stacks: HashMap<String, u64> = HashMap::new();
     let mut buf = Vec::new();
     let mut number = 0usize;
     loop {
         buf.clear();
-        let n = input
+        // At most one byte past the longest line: binary input without a
+        // line break must not be read whole into one line.
+        let n = (&mut input)
+            .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut buf)
-            .map_err(|source| DiffError::Read {
+            .map_err(|source| FoldError::Read {
                 path: path.to_path_buf(),
                 source,
             })?;
@@ -31,11 +42,17 @@ pub(super) fn parse<R: BufRead>(
             break;
         }
         number += 1;
-        let bad = |reason: String| DiffError::Folded {
+        let bad = |reason: String| FoldError::Folded {
             path: path.to_path_buf(),
             line: number,
             reason,
         };
+        if n > MAX_LINE {
+            return Err(bad(format!(
+                "longer than {} MiB: neither a .frec recording nor folded stacks",
+                MAX_LINE >> 20
+            )));
+        }
         let text = std::str::from_utf8(&buf).map_err(|_| {
             bad("not UTF-8 text: neither a .frec recording nor folded stacks".to_string())
         })?;
@@ -91,7 +108,7 @@ fn quote(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn parse_str(s: &str) -> Result<Vec<(String, u64)>, DiffError> {
+    fn parse_str(s: &str) -> Result<Vec<(String, u64)>, FoldError> {
         parse(s.as_bytes(), Path::new("x.folded"))
     }
 
@@ -150,6 +167,20 @@ mod tests {
             e.to_string(),
             "x:2: not UTF-8 text: neither a .frec recording nor folded stacks"
         );
+    }
+
+    #[test]
+    fn a_line_longer_than_the_limit_is_an_error_not_an_allocation() {
+        let mut text = b"a;b 1\n".to_vec();
+        text.resize(text.len() + MAX_LINE + 10, b'x');
+        let e = parse(&text[..], Path::new("x")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "x:2: longer than 16 MiB: neither a .frec recording nor folded stacks"
+        );
+        let mut fits = vec![b'y'; MAX_LINE - 3];
+        fits.extend(b" 1\n");
+        assert_eq!(parse(&fits[..], Path::new("x")).unwrap()[0].1, 1);
     }
 
     #[test]
