@@ -99,7 +99,8 @@ impl WalkerMaps {
 
     /// Process `tgid` runs a CPython of `layout` (see [`layout_index`]).
     pub fn add_process(&self, tgid: u32, layout: u32) -> Result<(), BpfError> {
-        self.processes.set(&tgid.to_ne_bytes(), &layout.to_ne_bytes())
+        self.processes
+            .set(&tgid.to_ne_bytes(), &layout.to_ne_bytes())
     }
 
     /// Thread `tid`'s thread state is at `tstate`.
@@ -125,21 +126,40 @@ impl WalkerMaps {
         c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
         c.push([asm::mov(R7, R0)]);
         // The process's layout.
-        c.push([asm::mov(R1, R7), asm::rsh_imm(R1, 32), asm::store(Size::W, FP, -4, R1)]);
+        c.push([
+            asm::mov(R1, R7),
+            asm::rsh_imm(R1, 32),
+            asm::store(Size::W, FP, -4, R1),
+        ]);
         c.push(asm::load_map(R1, self.processes.fd()));
-        c.push([asm::mov(R2, FP), asm::add_imm(R2, -4), asm::call(helper::MAP_LOOKUP_ELEM)]);
+        c.push([
+            asm::mov(R2, FP),
+            asm::add_imm(R2, -4),
+            asm::call(helper::MAP_LOOKUP_ELEM),
+        ]);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
-        c.push([asm::load(Size::W, R8, R0, 0), asm::store(Size::W, FP, -8, R8)]);
+        c.push([
+            asm::load(Size::W, R8, R0, 0),
+            asm::store(Size::W, FP, -8, R8),
+        ]);
         // The thread's state.
         c.push([asm::store(Size::W, FP, -4, R7)]);
         c.push(asm::load_map(R1, self.threads.fd()));
-        c.push([asm::mov(R2, FP), asm::add_imm(R2, -4), asm::call(helper::MAP_LOOKUP_ELEM)]);
+        c.push([
+            asm::mov(R2, FP),
+            asm::add_imm(R2, -4),
+            asm::call(helper::MAP_LOOKUP_ELEM),
+        ]);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
         c.push([asm::load(Size::DW, R8, R0, 0)]);
         // The record.
         c.push([asm::store_imm(Size::W, FP, -4, 0)]);
         c.push(asm::load_map(R1, self.records.fd()));
-        c.push([asm::mov(R2, FP), asm::add_imm(R2, -4), asm::call(helper::MAP_LOOKUP_ELEM)]);
+        c.push([
+            asm::mov(R2, FP),
+            asm::add_imm(R2, -4),
+            asm::call(helper::MAP_LOOKUP_ELEM),
+        ]);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
         c.push([
             asm::mov(R9, R0),
@@ -213,8 +233,9 @@ fn walk(c: &mut Code, l: &Layout, out: Label) {
             asm::store(Size::DW, R9, entry + 16, R1),
         ]);
         if l.frame_marker != 0 {
+            // One byte (`is_entry`, `owner`): at any alignment.
             c.push([
-                asm::load(Size::DW, R1, FP, field(l.frame_marker)),
+                asm::load(Size::B, R1, FP, field(l.frame_marker)),
                 asm::store(Size::DW, R9, entry + 24, R1),
             ]);
         }
@@ -233,7 +254,7 @@ pub struct Record {
     /// The sampled thread.
     pub tid: u32,
     /// Per frame, innermost first: (address, code object, instruction word,
-    /// marker word).
+    /// marker byte: 3.11's `is_entry`, 3.12's and 3.13's `owner`).
     pub frames: Vec<[u64; 4]>,
 }
 
@@ -275,11 +296,17 @@ impl Record {
             };
             match layout.model {
                 FrameModel::Objects { .. } => {
-                    current.frames.push(PyFrame { code, instr: lasti() });
+                    current.frames.push(PyFrame {
+                        code,
+                        instr: lasti(),
+                    });
                     runs.push(std::mem::take(&mut current));
                 }
                 FrameModel::EntryFlag => {
-                    current.frames.push(PyFrame { code, instr: index() });
+                    current.frames.push(PyFrame {
+                        code,
+                        instr: index(),
+                    });
                     if marker & 0xff != 0 {
                         runs.push(std::mem::take(&mut current));
                     }
@@ -289,7 +316,10 @@ impl Record {
                         current.marker = Some(addr);
                         runs.push(std::mem::take(&mut current));
                     } else {
-                        current.frames.push(PyFrame { code, instr: index() });
+                        current.frames.push(PyFrame {
+                            code,
+                            instr: index(),
+                        });
                     }
                 }
             }
@@ -313,7 +343,11 @@ mod tests {
         assert_eq!(layout_index(&l), Some(5));
         let mut other = l.clone();
         other.frame_back = 16;
-        assert_eq!(layout_index(&other), None, "another 3.13 layout is not walked");
+        assert_eq!(
+            layout_index(&other),
+            None,
+            "another 3.13 layout is not walked"
+        );
         for minor in 8..=12 {
             let t = Layout::for_version(3, minor).unwrap();
             assert_eq!(layout_index(&t), Some(u32::from(minor - 8)));

@@ -11,49 +11,16 @@
 //! Reading another process's memory needs root or the right to trace it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use flamerec_python::{CodeInfo, FrameModel, Interpreter, Process};
 
+mod common;
+use common::{interpreters, missing_versions};
+
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/parked.py");
-
-fn skipping() -> bool {
-    std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1")
-}
-
-/// Every CPython 3.8+ found, with its minor version.
-fn interpreters() -> Vec<(u8, PathBuf)> {
-    let mut found = Vec::new();
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
-    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let mut parts = name.split('.');
-            let (Some("3"), Some(minor)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            let Ok(minor) = minor.parse::<u8>() else {
-                continue;
-            };
-            let bin = e.path().join(format!("bin/python3.{minor}"));
-            if minor >= 8 && bin.is_file() {
-                found.push((minor, bin));
-            }
-        }
-    }
-    for minor in 8..=13u8 {
-        let bin = PathBuf::from(format!("/usr/bin/python3.{minor}"));
-        if bin.is_file() {
-            found.push((minor, bin));
-        }
-    }
-    found.sort();
-    found
-}
 
 /// The script running under `python`, with its threads parked, and what it
 /// says of their stacks.
@@ -118,17 +85,8 @@ fn tids(pid: u32) -> Vec<u32> {
 #[test]
 fn every_cpython_here_is_read_as_it_reads_itself() {
     let found = interpreters();
-    let missing: Vec<u8> = (8..=13u8)
-        .filter(|m| !found.iter().any(|(f, _)| f == m))
-        .collect();
-    if !missing.is_empty() {
-        if skipping() {
-            eprintln!("skipped (FLAMEREC_SKIP_PYTHON_TESTS=1): no CPython 3.{missing:?} here");
-            return;
-        }
-        panic!(
-            "this test reads every CPython from 3.8 to 3.13 and finds no 3.{missing:?} (pyenv's under ~/.pyenv/versions, or /usr/bin/python3.X); set FLAMEREC_SKIP_PYTHON_TESTS=1 where they cannot be installed"
-        );
+    if missing_versions(&found) {
+        return;
     }
     for (minor, python) in found {
         let what = python.display().to_string();
