@@ -161,6 +161,11 @@ pub fn jeq(dst: Reg, src: Reg, off: i16) -> Insn {
     insn(JMP | 0x10 | X, dst, src, off, 0)
 }
 
+/// Jump `off` ahead when `dst > imm` (unsigned).
+pub fn jgt_imm(dst: Reg, imm: i32, off: i16) -> Insn {
+    insn(JMP | 0x20 | K, dst, R0, off, imm)
+}
+
 /// Jump `off` ahead when `dst >= src` (unsigned).
 pub fn jge(dst: Reg, src: Reg, off: i16) -> Insn {
     insn(JMP | 0x30 | X, dst, src, off, 0)
@@ -243,6 +248,8 @@ pub mod helper {
     pub const PERF_EVENT_OUTPUT: i32 = 25;
     /// `long bpf_probe_read_user(dst, size, unsafe_ptr)` (Linux 5.5+).
     pub const PROBE_READ_USER: i32 = 112;
+    /// `long bpf_ringbuf_output(ringbuf, data, size, flags)` (Linux 5.8+).
+    pub const RINGBUF_OUTPUT: i32 = 130;
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ pub enum MapKind {
     Array,
     /// An array with one value per CPU (programs see their CPU's).
     PerCpuArray,
+    /// A ring buffer programs write records into ([`RingBuffer`]).
+    RingBuf,
 }
 
 impl MapKind {
@@ -60,6 +62,7 @@ impl MapKind {
             MapKind::Hash => 1,
             MapKind::Array => 2,
             MapKind::PerCpuArray => 6,
+            MapKind::RingBuf => 27,
         }
     }
 }
@@ -127,6 +130,41 @@ impl Map {
             )));
         }
         Ok(bytes)
+    }
+}
+
+/// A ring buffer map that programs write records into
+/// (`bpf_ringbuf_output`, Linux 5.8+) and user space reads in order:
+/// records of every CPU in one ring, in the order they were written.
+pub struct RingBuffer {
+    map: Map,
+    ring: sys::RingMap,
+}
+
+impl std::fmt::Debug for RingBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingBuffer")
+            .field("map", &self.map)
+            .finish()
+    }
+}
+
+impl RingBuffer {
+    /// A ring of `size` bytes (a power-of-two number of pages).
+    pub fn new(size: u32) -> Result<RingBuffer, BpfError> {
+        let map = Map::new(MapKind::RingBuf, 0, 0, size)?;
+        let ring = sys::RingMap::map(&map.fd, size as usize).map_err(BpfError::Map)?;
+        Ok(RingBuffer { map, ring })
+    }
+
+    /// The descriptor programs name it by ([`asm::load_map`]).
+    pub fn fd(&self) -> i32 {
+        self.map.fd()
+    }
+
+    /// Hands every record written so far to `f`, oldest first.
+    pub fn drain(&mut self, f: impl FnMut(&[u8])) {
+        self.ring.drain(f);
     }
 }
 

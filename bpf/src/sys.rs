@@ -148,3 +148,125 @@ pub(crate) fn prog_load(prog_type: u32, insns: &[u8]) -> Result<OwnedFd, (io::Er
         }
     }
 }
+
+/// A mapped BPF ring buffer (`BPF_MAP_TYPE_RINGBUF`): the consumer page
+/// (ours to write), then the producer page and the data area, mapped twice
+/// in a row by the kernel so a record that wraps reads straight on.
+pub(crate) struct RingMap {
+    consumer: std::ptr::NonNull<u8>,
+    producer: std::ptr::NonNull<u8>,
+    page: usize,
+    size: usize,
+}
+
+// SAFETY: the mappings are owned by this value alone; moving it to another
+// thread moves that exclusive ownership.
+unsafe impl Send for RingMap {}
+
+impl RingMap {
+    /// Maps the ring buffer `map` of `size` data bytes (a power-of-two
+    /// multiple of the page size).
+    pub(crate) fn map(map: &OwnedFd, size: usize) -> io::Result<RingMap> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let mmap = |len: usize, prot: i32, offset: usize| -> io::Result<std::ptr::NonNull<u8>> {
+            // SAFETY: a fresh shared mapping of the map's descriptor with
+            // no address hint, so it overlaps no Rust object; the kernel
+            // checks the length and offset against the ring's layout.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    libc::MAP_SHARED,
+                    map.as_raw_fd(),
+                    offset as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            std::ptr::NonNull::new(p.cast::<u8>()).ok_or_else(io::Error::last_os_error)
+        };
+        let consumer = mmap(page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let producer = match mmap(page + 2 * size, libc::PROT_READ, page) {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: `consumer` was mapped above with this length.
+                unsafe { libc::munmap(consumer.as_ptr().cast(), page) };
+                return Err(e);
+            }
+        };
+        Ok(RingMap {
+            consumer,
+            producer,
+            page,
+            size,
+        })
+    }
+
+    fn consumer_pos(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: the consumer page starts with the kernel's u64 consumer
+        // position, 8-aligned (page-aligned), alive as long as `self`.
+        unsafe {
+            &*self
+                .consumer
+                .as_ptr()
+                .cast::<std::sync::atomic::AtomicU64>()
+        }
+    }
+
+    fn producer_pos(&self) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: as `consumer_pos`, for the producer page.
+        unsafe {
+            &*self
+                .producer
+                .as_ptr()
+                .cast::<std::sync::atomic::AtomicU64>()
+        }
+    }
+
+    /// Hands every committed record to `f`, oldest first, and frees them.
+    pub(crate) fn drain(&mut self, mut f: impl FnMut(&[u8])) {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        const BUSY: u32 = 1 << 31;
+        const DISCARD: u32 = 1 << 30;
+        const HEADER: usize = 8;
+        let mut cons = self.consumer_pos().load(Ordering::Acquire);
+        let prod = self.producer_pos().load(Ordering::Acquire);
+        // SAFETY: the data area follows the producer page and is mapped
+        // twice in a row (2 * size bytes), alive as long as `self`.
+        let data = unsafe { self.producer.as_ptr().add(self.page) };
+        while cons < prod {
+            let at = (cons as usize) & (self.size - 1);
+            // SAFETY: `at` is within the first copy of the data area; the
+            // record header is 8-aligned (records are), and the kernel
+            // writes it with a release store once the record is committed.
+            let header = unsafe { &*data.add(at).cast::<AtomicU32>() };
+            let len = header.load(Ordering::Acquire);
+            if len & BUSY != 0 {
+                break;
+            }
+            let n = (len & !(BUSY | DISCARD)) as usize;
+            if len & DISCARD == 0 && n <= self.size {
+                // SAFETY: `n` bytes after the header lie within the double
+                // mapping (at + 8 + n < 2 * size), committed by the kernel.
+                let body = unsafe { std::slice::from_raw_parts(data.add(at + HEADER), n) };
+                f(body);
+            }
+            cons += ((n + HEADER + 7) & !7) as u64;
+        }
+        self.consumer_pos().store(cons, Ordering::Release);
+    }
+}
+
+impl Drop for RingMap {
+    fn drop(&mut self) {
+        // SAFETY: both were mapped in `map` with these lengths and nothing
+        // borrows them past `self`.
+        unsafe {
+            libc::munmap(self.consumer.as_ptr().cast(), self.page);
+            libc::munmap(self.producer.as_ptr().cast(), self.page + 2 * self.size);
+        }
+    }
+}

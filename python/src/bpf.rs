@@ -13,16 +13,20 @@
 //! word and marker word, which user space turns into runs and names
 //! ([`Record::runs`]) as it does for frames it reads itself.
 
-use flamerec_bpf::asm::{self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R6, R7, R8, R9};
-use flamerec_bpf::{BpfError, Map, MapKind, Program};
+use flamerec_bpf::asm::{
+    self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9,
+};
+use flamerec_bpf::{BpfError, Map, MapKind, Program, RingBuffer};
 
 use crate::layout::{FrameModel, Layout, OWNED_BY_CSTACK};
 use crate::{PyFrame, Run};
 
 /// Frames one sample's walk reads at most.
 pub const MAX_BPF_FRAMES: usize = 96;
-/// Bytes of a record's head: the thread (`tgid << 32 | tid`) and the count.
-const HEAD: usize = 16;
+/// Bytes of a record's head: the thread (`tgid << 32 | tid`), the count of
+/// frames and the time of the walk (CLOCK_MONOTONIC ns, a few µs before
+/// the sample's own time).
+const HEAD: usize = 24;
 /// Bytes per frame in a record.
 const ENTRY: usize = 32;
 /// A record's bytes.
@@ -115,14 +119,16 @@ impl WalkerMaps {
         Ok(all.chunks(stride).filter_map(Record::parse).collect())
     }
 
-    /// The walker program over these maps.
-    pub fn program(&self) -> Result<Program, BpfError> {
-        Program::perf_event(&self.code())
+    /// The walker program over these maps; with `ring`, each walk's
+    /// record is also written there (as long as its frames need).
+    pub fn program(&self, ring: Option<&RingBuffer>) -> Result<Program, BpfError> {
+        Program::perf_event(&self.code(ring.map(RingBuffer::fd)))
     }
 
-    fn code(&self) -> Vec<asm::Insn> {
+    fn code(&self, ring: Option<i32>) -> Vec<asm::Insn> {
         let mut c = Code::new();
         let out = c.label();
+        let emit = c.label();
         c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
         c.push([asm::mov(R7, R0)]);
         // The process's layout.
@@ -165,6 +171,8 @@ impl WalkerMaps {
             asm::mov(R9, R0),
             asm::store(Size::DW, R9, 0, R7),
             asm::store_imm(Size::DW, R9, 8, 0),
+            asm::call(helper::KTIME_GET_NS),
+            asm::store(Size::DW, R9, 16, R0),
             asm::load(Size::W, R1, FP, -8),
         ]);
         // One walk per layout, its offsets as immediates.
@@ -176,9 +184,23 @@ impl WalkerMaps {
         for (minor, l) in walks {
             c.bind(l);
             if let Some(layout) = known(minor) {
-                walk(&mut c, &layout, out);
+                walk(&mut c, &layout, emit);
             }
-            c.jump(asm::ja(0), out);
+            c.jump(asm::ja(0), emit);
+        }
+        c.bind(emit);
+        if let Some(ring) = ring {
+            // Out with the frames read: HEAD + count × ENTRY bytes.
+            c.push([asm::load(Size::DW, R3, R9, 8)]);
+            c.jump(asm::jgt_imm(R3, MAX_BPF_FRAMES as i32, 0), out);
+            c.push([
+                asm::lsh_imm(R3, 5),
+                asm::add_imm(R3, HEAD as i32),
+                asm::mov(R2, R9),
+                asm::mov_imm(R4, 0),
+            ]);
+            c.push(asm::load_map(R1, ring));
+            c.push([asm::call(helper::RINGBUF_OUTPUT)]);
         }
         c.bind(out);
         c.push([asm::mov_imm(R0, 1), asm::exit()]);
@@ -187,7 +209,7 @@ impl WalkerMaps {
 }
 
 /// `r8` holds the thread state, `r9` the record: reads the frame chain
-/// into the record, then jumps to `out`.
+/// into the record, then (or where a read fails) jumps to `out`.
 fn walk(c: &mut Code, l: &Layout, out: Label) {
     let read8 = |c: &mut Code, base: Reg, off: u64| {
         // *(fp-16) = *(u64 *)(base + off), from user memory.
@@ -253,6 +275,8 @@ pub struct Record {
     pub tgid: u32,
     /// The sampled thread.
     pub tid: u32,
+    /// When the walk ran (CLOCK_MONOTONIC ns).
+    pub time: u64,
     /// Per frame, innermost first: (address, code object, instruction word,
     /// marker byte: 3.11's `is_entry`, 3.12's and 3.13's `owner`).
     pub frames: Vec<[u64; 4]>,
@@ -278,6 +302,7 @@ impl Record {
         Some(Record {
             tgid: (who >> 32) as u32,
             tid: who as u32,
+            time: word(16)?,
             frames,
         })
     }

@@ -11,8 +11,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use flamerec_bpf::RingBuffer;
 use flamerec_perf::sys::{self, Counter, EventConfig};
-use flamerec_python::bpf::{layout_index, WalkerMaps};
+use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
 use flamerec_python::{CodeInfo, Interpreter, Process};
 
 mod common;
@@ -94,7 +95,10 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
         let index = layout_index(&interp.layout).unwrap_or_else(|| panic!("{what}: layout"));
         maps.add_process(pid, index).expect("process");
         maps.add_thread(pid, main.tstate).expect("thread");
-        let prog = maps.program().unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut ring = RingBuffer::new(1 << 20).expect("a ring buffer");
+        let prog = maps
+            .program(Some(&ring))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         let event =
             sys::perf_event_open(&sampling(), pid as i32, -1).expect("an event on the spinner");
         sys::set_bpf(&event, prog.fd()).expect("attach");
@@ -110,6 +114,25 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
             assert!(Instant::now() < end, "{what}: no walk in 60 s");
         };
         sys::disable(&event).expect("disable");
+        // Every walk also went to the ring, whole, in order of time.
+        let mut from_ring = Vec::new();
+        ring.drain(|b| from_ring.extend(Record::parse(b)));
+        assert!(!from_ring.is_empty(), "{what}: nothing in the ring");
+        let n = record.frames.len();
+        assert!(
+            from_ring
+                .iter()
+                .all(|r| r.tid == pid && r.frames.len() == n),
+            "{what}"
+        );
+        assert!(
+            from_ring.windows(2).all(|w| w[0].time <= w[1].time),
+            "{what}"
+        );
+        assert!(
+            from_ring.iter().any(|r| r.frames == record.frames),
+            "{what}"
+        );
         let names: Vec<String> = record
             .runs(&interp.layout)
             .iter()
