@@ -19,6 +19,7 @@ mod fold_threads;
 mod inputs;
 mod names;
 mod plt;
+mod python;
 mod record;
 mod stacks;
 mod vm;

@@ -206,6 +206,12 @@ impl<W: io::Write> Converter<W> {
         }
     }
 
+    /// A user address as (module, offset) through the process's mappings,
+    /// `None` where no mapping holds it (yet).
+    pub fn resolve_user(&self, pid: u32, addr: u64) -> Option<Frame> {
+        self.procs.resolve(pid, addr)
+    }
+
     /// A user frame: (module, offset) through the process's mappings, or
     /// the bare address in the `[unknown]` module.
     pub fn user_frame(&self, pid: u32, addr: u64) -> Frame {

@@ -24,9 +24,14 @@ use crate::{PyFrame, Run};
 /// Frames one sample's walk reads at most.
 pub const MAX_BPF_FRAMES: usize = 96;
 /// Bytes of a record's head: the thread (`tgid << 32 | tid`), the count of
-/// frames and the time of the walk (CLOCK_MONOTONIC ns, a few µs before
-/// the sample's own time).
-const HEAD: usize = 24;
+/// frames, the time of the walk (CLOCK_MONOTONIC ns: the kernel takes the
+/// sample's own time a few µs before it runs the program) and the sampled
+/// instruction pointer (the sample's own IP), which tell the walk's sample
+/// apart.
+const HEAD: usize = 32;
+/// Where `struct bpf_perf_event_data` holds the sampled registers' `ip`
+/// (x86-64 `pt_regs`: the 17th word).
+const CTX_IP: i16 = 128;
 /// Bytes per frame in a record.
 const ENTRY: usize = 32;
 /// A record's bytes.
@@ -173,6 +178,8 @@ impl WalkerMaps {
             asm::store_imm(Size::DW, R9, 8, 0),
             asm::call(helper::KTIME_GET_NS),
             asm::store(Size::DW, R9, 16, R0),
+            asm::load(Size::DW, R1, R6, CTX_IP),
+            asm::store(Size::DW, R9, 24, R1),
             asm::load(Size::W, R1, FP, -8),
         ]);
         // One walk per layout, its offsets as immediates.
@@ -277,6 +284,8 @@ pub struct Record {
     pub tid: u32,
     /// When the walk ran (CLOCK_MONOTONIC ns).
     pub time: u64,
+    /// The sampled instruction pointer.
+    pub ip: u64,
     /// Per frame, innermost first: (address, code object, instruction word,
     /// marker byte: 3.11's `is_entry`, 3.12's and 3.13's `owner`).
     pub frames: Vec<[u64; 4]>,
@@ -303,6 +312,7 @@ impl Record {
             tgid: (who >> 32) as u32,
             tid: who as u32,
             time: word(16)?,
+            ip: word(24)?,
             frames,
         })
     }

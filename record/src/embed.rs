@@ -165,6 +165,12 @@ pub(crate) struct Lookup {
 }
 
 impl Lookup {
+    /// Names found elsewhere (Python frames, named by the recorder itself).
+    pub(crate) fn add(&mut self, mut names: Vec<(u32, Vec<String>)>) {
+        self.summary.frames += names.len() as u64;
+        self.names.append(&mut names);
+    }
+
     /// Appends the names section to `out` (the finished recording).
     pub(crate) fn write<W: Write>(
         mut self,

@@ -21,6 +21,7 @@ mod launch;
 mod loss;
 mod offcpu;
 mod open;
+mod python;
 mod raw;
 mod readers;
 mod rings;

@@ -15,4 +15,6 @@ pub(crate) struct RawSample {
     pub kernel: Vec<u64>,
     /// User frames, leaf first.
     pub user: Vec<Frame>,
+    /// The thread's Python frames, as the kernel walked them at the sample.
+    pub python: Option<Box<flamerec_python::bpf::Record>>,
 }

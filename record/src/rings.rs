@@ -144,21 +144,26 @@ pub(crate) fn read_trimmed(path: &str) -> String {
 /// readers queued (`taken`, whole), and hands the records of all CPUs to
 /// `handle` in time order, so an exec or mmap on one CPU precedes samples
 /// on another; then frees what was read. Records that cannot be decoded
-/// are counted in `malformed`. Returns whether a ring the loop reads was
-/// over half full: the loop is late.
-pub(crate) fn read_round(
+/// are counted in `malformed`. `after_peek` runs once every ring's records
+/// of the round are fixed, before any is handled (what it reads from
+/// elsewhere then holds everything written before them), and what it
+/// returns goes to each `handle` call. Returns whether a ring the loop
+/// reads was over half full (the loop is late), and that value.
+pub(crate) fn read_round<T>(
     events: &mut [Event],
     scratch: &mut [Vec<u8>],
     taken: &[Vec<u8>],
     layout: &Layout,
     malformed: &mut u64,
-    mut handle: impl FnMut(PerfRecord<'_>),
-) -> bool {
+    after_peek: impl FnOnce() -> T,
+    mut handle: impl FnMut(&mut T, PerfRecord<'_>),
+) -> (bool, T) {
     // Records are read in place in the rings (a dwarf sample carries a
     // whole stack copy; copying them out was a fifth of the recorder's
     // CPU); only the one record a ring's wrap cuts in two is copied.
     let mut published = Vec::with_capacity(events.len());
     let mut late = false;
+    let extra_out;
     {
         let mut views: Vec<(&[u8], &[u8])> = Vec::with_capacity(events.len());
         for (e, sc) in events.iter().zip(scratch.iter_mut()) {
@@ -170,6 +175,7 @@ pub(crate) fn read_round(
             published.push(a.len() + b.len());
             views.push((&a[..end], &b[start..]));
         }
+        let mut extra = after_peek();
         let mut recs = Vec::new();
         let mut parts: Vec<&[u8]> = Vec::with_capacity(3 * views.len() + taken.len());
         for ((a, b), sc) in views.into_iter().zip(scratch.iter()) {
@@ -186,15 +192,16 @@ pub(crate) fn read_round(
         }
         recs.sort_by_key(record_time);
         for r in recs {
-            handle(r);
+            handle(&mut extra, r);
         }
+        extra_out = extra;
     }
     for (e, n) in events.iter_mut().zip(published) {
         if let Some(ring) = &mut e.ring {
             ring.consume(n);
         }
     }
-    late
+    (late, extra_out)
 }
 
 fn record_time(r: &PerfRecord<'_>) -> u64 {

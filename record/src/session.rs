@@ -254,6 +254,12 @@ impl Session {
             },
             _ => None,
         };
+        // Python frames at the sample need BPF: as root.
+        let python = if sys::is_root() {
+            crate::python::Python::start(&events).ok()
+        } else {
+            None
+        };
         let mut st = State::new(StateConfig {
             writer,
             dwarf,
@@ -276,6 +282,7 @@ impl Session {
             defer,
             exclude_pid: matches!(opts.target, Target::System).then(sys::getpid),
             warnings,
+            python,
         });
         // Samples wait for the kernel symbol table, so the loop can drain the
         // rings from the start. Off-CPU samples are weighed when their thread
@@ -499,7 +506,10 @@ impl Session {
             totals,
             mut warnings,
             loss_warning,
+            python,
         } = st.finish(duration.as_nanos() as u64);
+        let (py_names, py_stats) = python.unwrap_or_default();
+        warnings.extend(python_warning(&py_stats));
         let samples = writer.samples();
         // The last frames are named while the trailer is written; the
         // names follow it.
@@ -507,13 +517,22 @@ impl Session {
         let counts = totals.clone();
         let mut out = writer.finish(totals).map_err(out_err)?;
         let names = match pending.map(Pending::wait) {
-            Some(Some(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
+            Some(Some(mut l)) => {
+                l.add(py_names);
+                Some(l.write(&mut out, &mut warnings).map_err(out_err)?)
+            }
             Some(None) => {
                 warnings
                     .push("looking up names to embed failed; fold will read the binaries".into());
+                write_python_names(&mut out, &py_names).map_err(out_err)?;
                 None
             }
-            None => None,
+            None => {
+                // Python frames cannot be named later: their names go in
+                // even when the binaries' are left to fold.
+                write_python_names(&mut out, &py_names).map_err(out_err)?;
+                None
+            }
         };
         out.close().map_err(|e| out_err(e.into()))?;
         let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
@@ -572,6 +591,32 @@ fn describe_running<W: io::Write>(st: &mut State<W>, target: &Target) {
             st.synth_mapping(p, m.start, m.end, m.pgoff, &m.path);
         }
     }
+}
+
+/// The names of Python frames alone, as a names section that leaves every
+/// other frame to `fold`.
+fn write_python_names<W: io::Write>(
+    out: &mut W,
+    names: &[(u32, Vec<String>)],
+) -> Result<(), flamerec_format::FormatError> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    flamerec_format::write_names(out, names, false).map(drop)
+}
+
+/// What the user should know about samples of CPython threads that kept
+/// their native frames only (more than 1% of them).
+fn python_warning(s: &crate::python::PythonStats) -> Option<String> {
+    let alone = s.unwalked + s.unpaired;
+    let all = alone + s.spliced;
+    if alone * 100 <= all {
+        return None;
+    }
+    Some(format!(
+        "{alone} of {all} samples of CPython threads kept their native frames only: {} came with no walk of their Python frames at the sample (taken before flamerec knew their thread, which it reads when it first samples one it does not know, or not walked by the kernel), {} had runs of Python frames and eval-loop frames that did not pair one for one",
+        s.unwalked, s.unpaired
+    ))
 }
 
 /// Moves the rings of `events` to `n` reader threads.

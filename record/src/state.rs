@@ -33,6 +33,7 @@ use crate::defer::{self, Deferred};
 use crate::kernel::{KernelFrames, TrimRules};
 use crate::loss::Losses;
 use crate::offcpu::Blocked;
+use crate::python::{Python, PythonStats};
 use crate::raw::RawSample;
 use crate::rings::{self, Event};
 use crate::sys;
@@ -60,6 +61,8 @@ pub(crate) struct StateConfig<W: io::Write> {
     pub exclude_pid: Option<u32>,
     /// Warnings from the set-up, to come first.
     pub warnings: Vec<String>,
+    /// Python frames read at the sample, and the ring their walks come in.
+    pub python: Option<(Python, flamerec_bpf::RingBuffer)>,
 }
 
 /// Counts for the trailer and the summary.
@@ -79,6 +82,9 @@ struct Counts {
     malformed: u64,
 }
 
+/// Names of frames the recorder named itself, by frame id.
+pub(crate) type FrameNames = Vec<(flamerec_format::FrameId, Vec<String>)>;
+
 /// What a finished state hands back.
 pub(crate) struct Finished<W: io::Write> {
     pub writer: Writer<W>,
@@ -86,6 +92,9 @@ pub(crate) struct Finished<W: io::Write> {
     pub warnings: Vec<String>,
     /// The warning about lost samples, if any (said last).
     pub loss_warning: Option<String>,
+    /// Names of the Python frames, for the names section, and what
+    /// happened to Python samples.
+    pub python: Option<(FrameNames, PythonStats)>,
 }
 
 /// Everything the loop keeps between rounds.
@@ -111,11 +120,16 @@ pub(crate) struct State<W: io::Write> {
     fp_cap: Option<usize>,
     /// `-g fp,defer`: samples waiting for their user part, and the reverse.
     deferred: Option<Deferred>,
+    /// Python frames of CPython processes (as root), and the ring their
+    /// walks come in.
+    python: Option<Python>,
+    py_ring: Option<flamerec_bpf::RingBuffer>,
 }
 
 impl<W: io::Write> State<W> {
     pub(crate) fn new(c: StateConfig<W>) -> Self {
         let unwinder = c.dwarf.then(new_unwinder);
+        let (python, py_ring) = c.python.map_or((None, None), |(p, r)| (Some(p), Some(r)));
         State {
             conv: Converter::new(c.writer, unwinder),
             kernel: KernelFrames::new(c.trim),
@@ -132,6 +146,8 @@ impl<W: io::Write> State<W> {
             exclude_pid: c.exclude_pid,
             fp_cap: c.fp_cap,
             deferred: c.defer.then(Deferred::default),
+            python,
+            py_ring,
         }
     }
 
@@ -201,9 +217,29 @@ impl<W: io::Write> State<W> {
         self.losses.begin_round();
         let layout = self.layout;
         let mut malformed = 0;
-        let late = rings::read_round(events, scratch, &taken, &layout, &mut malformed, |r| {
-            self.handle(r)
-        });
+        // Walks the kernel wrote before the round's samples are read after
+        // those samples are fixed in their rings, before any is handled.
+        let mut ring = self.py_ring.take();
+        let (late, walks) = rings::read_round(
+            events,
+            scratch,
+            &taken,
+            &layout,
+            &mut malformed,
+            || ring.as_mut().map(Python::read).unwrap_or_default(),
+            |walks: &mut Vec<flamerec_python::bpf::Record>, r| {
+                if !walks.is_empty() {
+                    if let Some(p) = &mut self.python {
+                        p.absorb(std::mem::take(walks));
+                    }
+                }
+                self.handle(r)
+            },
+        );
+        if let Some(p) = &mut self.python {
+            p.absorb(walks);
+        }
+        self.py_ring = ring;
         self.counts.malformed += malformed;
         if let Some(u) = self.conv.unwinder_mut() {
             let done = self.live.end_round(u);
@@ -212,6 +248,9 @@ impl<W: io::Write> State<W> {
         if let Some(d) = &mut self.deferred {
             let ready = d.end_round();
             self.finish_raws(ready);
+        }
+        if let Some(p) = &mut self.python {
+            p.end_round();
         }
         late
     }
@@ -240,6 +279,9 @@ impl<W: io::Write> State<W> {
                     exec: true,
                     time_ns,
                 });
+                if let Some(p) = &mut self.python {
+                    p.mapped(pid, filename, &self.conv);
+                }
             }
             PerfRecord::Comm {
                 pid,
@@ -260,6 +302,9 @@ impl<W: io::Write> State<W> {
                         self.write_settled(done);
                     }
                     self.conv.exec(pid, t);
+                    if let Some(p) = &mut self.python {
+                        p.forget(pid);
+                    }
                 }
                 self.seen(pid, tid);
                 self.conv.comm(t, pid, tid, name, exec);
@@ -290,6 +335,9 @@ impl<W: io::Write> State<W> {
                     }
                     if pid == tid {
                         self.conv.exit(pid);
+                        if let Some(p) = &mut self.python {
+                            p.forget(pid);
+                        }
                     }
                     self.conv.writer_mut().exit(t, pid, tid);
                 } else {
@@ -360,6 +408,10 @@ impl<W: io::Write> State<W> {
             ip: s.ip,
             kernel: Vec::new(),
             user: Vec::new(),
+            python: self
+                .python
+                .as_mut()
+                .and_then(|p| p.walk_of(s.pid, s.tid, s.time, s.ip)),
         };
         let looped =
             self.conv
@@ -478,10 +530,13 @@ impl<W: io::Write> State<W> {
     }
 
     /// The kernel part, once the symbol table is in (else the sample waits).
-    fn finish_raw(&mut self, raw: RawSample) {
+    fn finish_raw(&mut self, mut raw: RawSample) {
         if !self.kernel.is_ready() {
             self.held.push(raw);
             return;
+        }
+        if let (Some(p), Some(walk)) = (&mut self.python, raw.python.take()) {
+            p.splice(&mut self.conv, raw.pid, &walk, &mut raw.user);
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
@@ -586,6 +641,7 @@ impl<W: io::Write> State<W> {
             ));
         }
         Finished {
+            python: self.python.take().map(|p| (p.names, p.stats)),
             loss_warning: self.losses.warning(samples),
             writer: self.conv.into_writer(),
             totals,
@@ -629,6 +685,7 @@ mod tests {
             defer: true,
             exclude_pid: None,
             warnings: Vec::new(),
+            python: None,
         });
         st.set_kallsyms(Kallsyms::default());
         st
@@ -646,6 +703,7 @@ mod tests {
             ip: 0xffff_ffff_8100_0000,
             kernel: vec![0xffff_ffff_8100_0000],
             user: Vec::new(),
+            python: None,
         };
         let ready = st.deferred.as_mut().unwrap().sample(cookie, raw);
         st.finish_raws(ready);

@@ -1,0 +1,352 @@
+//! Python frames in recordings, read at the sample (as root): a BPF
+//! program attached to every sampling event walks the sampled thread's
+//! CPython frames in the kernel before the sample is written
+//! (`flamerec_python::bpf`), and writes the walk, stamped with its time, to
+//! a ring this module reads each round before the round's samples are
+//! handled. A sample takes the walk of its thread that ran just before it;
+//! its Python frames are then spliced into its native stack where each call
+//! of the eval loop runs, the interpreter's own frames between two runs
+//! left out.
+//!
+//! What this module keeps: the CPython processes seen (their layout, where
+//! their eval loop is, as (module, file offset)), which of their threads
+//! the program knows (thread states are read from the process when a
+//! sample of a thread it does not know comes), the walks waiting for their
+//! samples, and one frame per code object, named once from the process's
+//! memory ("qualname (file)"), whose names go into the recording's names
+//! section. It never guesses: a sample whose runs and eval-loop frames do
+//! not pair one for one keeps its native frames alone, and is counted.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
+use std::time::{Duration, Instant};
+
+use flamerec_bpf::{Program, RingBuffer};
+use flamerec_convert::Converter;
+use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind};
+use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
+use flamerec_python::{CodeInfo, Interpreter, Memory, Process};
+
+use crate::rings::Event;
+use crate::sys;
+
+/// The ring the walks go through: records of up to 3 KiB, read each round.
+const RING_BYTES: u32 = 8 << 20;
+/// A walk ran this close to its sample's time (the kernel takes the
+/// sample's time, then runs the program: microseconds apart); older walks
+/// of the thread were for samples that were lost.
+const MATCH_WINDOW_NS: u64 = 1_000_000;
+/// A process's thread states are read again at most this often.
+const REFRESH_EVERY: Duration = Duration::from_millis(10);
+
+/// Counts of what happened to Python samples, for the summary and `info`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PythonStats {
+    /// Samples whose Python frames were spliced in.
+    pub spliced: u64,
+    /// Samples of a CPython thread without a walk at the sample: taken
+    /// before the program knew the thread's state, or (seen on Linux 6.18,
+    /// not understood yet) on a thread whose perf events ran no walk.
+    pub unwalked: u64,
+    /// Samples whose runs and eval-loop frames did not pair one for one.
+    pub unpaired: u64,
+}
+
+/// One CPython process.
+struct Proc {
+    interp: Interpreter,
+    /// The module the interpreter's binary is, and its eval loop's file
+    /// offset ranges there, once the mapping of the binary was handled.
+    binary: Option<ModuleId>,
+    eval: Vec<(u64, u64)>,
+    known: HashSet<u32>,
+    refreshed: Option<Instant>,
+}
+
+impl Proc {
+    /// The eval loop as (module, file offset) ranges, once the converter
+    /// holds the mapping of the interpreter's binary (the process's first
+    /// CPython mapping may be an executable that maps libpython after).
+    fn place<W: io::Write>(&mut self, pid: u32, conv: &Converter<W>) {
+        let mut eval = Vec::new();
+        for &(start, end) in &self.interp.eval {
+            let (Some(a), Some(b)) = (
+                conv.resolve_user(pid, start),
+                conv.resolve_user(pid, end - 1),
+            ) else {
+                return;
+            };
+            if a.module != b.module || self.binary.is_some_and(|m| m != a.module) {
+                return;
+            }
+            self.binary = Some(a.module);
+            eval.push((a.address, b.address + 1));
+        }
+        self.eval = eval;
+    }
+}
+
+/// A code object's frame.
+#[derive(Clone, Copy)]
+struct CodeFrame {
+    frame: Frame,
+    /// 3.11+: instructions before this are an incomplete frame's.
+    first_traceable: Option<i64>,
+}
+
+/// Python frames of a recording.
+pub(crate) struct Python {
+    maps: WalkerMaps,
+    _program: Program,
+    procs: HashMap<u32, Proc>,
+    walks: HashMap<u32, VecDeque<Record>>,
+    code_frames: HashMap<(u32, u64), CodeFrame>,
+    module: Option<ModuleId>,
+    next_address: u64,
+    /// Processes whose thread states are to be read at the round's end.
+    stale: HashSet<u32>,
+    /// Names of the Python frames, for the names section.
+    pub names: Vec<(FrameId, Vec<String>)>,
+    pub stats: PythonStats,
+}
+
+impl Python {
+    /// Builds the walker and attaches it to every event; the ring its walks
+    /// go to comes with it. An error says why Python frames cannot be read
+    /// (BPF refused: not root, or no CAP_BPF and CAP_PERFMON).
+    pub(crate) fn start(events: &[Event]) -> Result<(Python, RingBuffer), String> {
+        let maps = WalkerMaps::new(4096, 65_536).map_err(|e| e.to_string())?;
+        let ring = RingBuffer::new(RING_BYTES).map_err(|e| e.to_string())?;
+        let program = maps.program(Some(&ring)).map_err(|e| e.to_string())?;
+        for e in events {
+            sys::set_bpf(&e.fd, program.fd()).map_err(|e| format!("attaching it: {e}"))?;
+        }
+        Ok((
+            Python {
+                maps,
+                _program: program,
+                procs: HashMap::new(),
+                walks: HashMap::new(),
+                code_frames: HashMap::new(),
+                module: None,
+                next_address: 0,
+                stale: HashSet::new(),
+                names: Vec::new(),
+                stats: PythonStats::default(),
+            },
+            ring,
+        ))
+    }
+
+    /// Process `pid` mapped `path` (after the converter applied it): a
+    /// CPython's binary makes it a CPython process.
+    pub(crate) fn mapped<W: io::Write>(&mut self, pid: u32, path: &str, conv: &Converter<W>) {
+        let base = path.rsplit('/').next().unwrap_or("");
+        if self.procs.contains_key(&pid)
+            || !(base.starts_with("libpython3") || base.starts_with("python3"))
+        {
+            return;
+        }
+        let Ok(Some(interp)) = Interpreter::find(pid) else {
+            return;
+        };
+        let Some(index) = layout_index(&interp.layout) else {
+            return;
+        };
+        if self.maps.add_process(pid, index).is_err() {
+            return;
+        }
+        let mut p = Proc {
+            interp,
+            binary: None,
+            eval: Vec::new(),
+            known: HashSet::new(),
+            refreshed: None,
+        };
+        p.place(pid, conv);
+        self.procs.insert(pid, p);
+        self.stale.insert(pid);
+    }
+
+    /// A process exited or exec'd: what was known of it goes.
+    pub(crate) fn forget(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.code_frames.retain(|&(p, _), _| p != pid);
+    }
+
+    /// The walks the program wrote, from the ring.
+    pub(crate) fn read(ring: &mut RingBuffer) -> Vec<Record> {
+        let mut out = Vec::new();
+        ring.drain(|b| out.extend(Record::parse(b)));
+        out
+    }
+
+    /// Walks read this round, each to wait for its sample.
+    pub(crate) fn absorb(&mut self, walks: Vec<Record>) {
+        for w in walks {
+            self.walks.entry(w.tid).or_default().push_back(w);
+        }
+    }
+
+    /// The walk of sample (`pid`, `tid`, `time`, `ip`), if one ran for it:
+    /// the walk of that thread at that instruction, within
+    /// [`MATCH_WINDOW_NS`] of the sample's time.
+    pub(crate) fn walk_of(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        time: u64,
+        ip: u64,
+    ) -> Option<Box<Record>> {
+        if !self.procs.contains_key(&pid) {
+            return None;
+        }
+        let mut found = None;
+        if let Some(q) = self.walks.get_mut(&tid) {
+            // Walks too old for this sample were for samples that were lost.
+            while q.front().is_some_and(|w| w.time + MATCH_WINDOW_NS < time) {
+                q.pop_front();
+            }
+            let at = q
+                .iter()
+                .position(|w| w.ip == ip && w.time.abs_diff(time) <= MATCH_WINDOW_NS);
+            found = at.and_then(|i| q.remove(i));
+        }
+        match found {
+            Some(w) => Some(Box::new(w)),
+            None => {
+                self.stats.unwalked += 1;
+                self.stale.insert(pid);
+                None
+            }
+        }
+    }
+
+    /// End of a round: the thread states of processes with threads the
+    /// program did not know are read, and walks no sample took go.
+    pub(crate) fn end_round(&mut self) {
+        for pid in std::mem::take(&mut self.stale) {
+            let Some(p) = self.procs.get_mut(&pid) else {
+                continue;
+            };
+            if p.refreshed.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+                self.stale.insert(pid);
+                continue;
+            }
+            p.refreshed = Some(Instant::now());
+            let tids = flamerec_perf::procfs::threads_of(pid).unwrap_or_default();
+            let Ok(threads) = p.interp.threads(&Process(pid), &tids) else {
+                continue;
+            };
+            for t in threads {
+                if let Some(tid) = t.tid {
+                    if p.known.insert(tid) {
+                        // A thread the map cannot take stays unwalked.
+                        let _ = self.maps.add_thread(tid, t.tstate);
+                    }
+                }
+            }
+        }
+        // A walk whose sample was lost waits no longer than a few rounds.
+        for q in self.walks.values_mut() {
+            while q.len() > 64 {
+                q.pop_front();
+            }
+        }
+    }
+
+    /// Splices `walk` into `user` (sample of `pid`, leaf first): each run of
+    /// Python frames where its eval-loop call is, the interpreter's frames
+    /// between two runs left out.
+    pub(crate) fn splice<W: io::Write>(
+        &mut self,
+        conv: &mut Converter<W>,
+        pid: u32,
+        walk: &Record,
+        user: &mut Vec<Frame>,
+    ) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if p.binary.is_none() {
+            p.place(pid, conv);
+        }
+        let p = &self.procs[&pid];
+        let runs = walk.runs(&p.interp.layout);
+        let in_eval = |f: &Frame| {
+            Some(f.module) == p.binary && p.eval.iter().any(|&(a, b)| (a..b).contains(&f.address))
+        };
+        let evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
+        if evals.len() != runs.len() {
+            self.stats.unpaired += 1;
+            return;
+        }
+        if runs.is_empty() {
+            // Not in Python code (the interpreter starting or ending).
+            return;
+        }
+        let binary = p.binary;
+        let mut out =
+            Vec::with_capacity(user.len() + runs.iter().map(|r| r.frames.len()).sum::<usize>());
+        let mut next = 0;
+        for (i, f) in user.iter().enumerate() {
+            if next < evals.len() && evals[next] == i {
+                for py in &runs[next].frames {
+                    if let Some(cf) = self.code_frame(conv, pid, py.code) {
+                        if cf.first_traceable.is_none_or(|first| py.instr >= first) {
+                            out.push(cf.frame);
+                        }
+                    }
+                }
+                next += 1;
+            } else if next > 0 && next < evals.len() && Some(f.module) == binary {
+                // The interpreter's own frames between two runs.
+            } else {
+                out.push(*f);
+            }
+        }
+        *user = out;
+        self.stats.spliced += 1;
+    }
+
+    /// The frame of code object `code` of `pid`, named the first time.
+    fn code_frame<W: io::Write>(
+        &mut self,
+        conv: &mut Converter<W>,
+        pid: u32,
+        code: u64,
+    ) -> Option<CodeFrame> {
+        if let Some(cf) = self.code_frames.get(&(pid, code)) {
+            return Some(*cf);
+        }
+        let p = self.procs.get(&pid)?;
+        let mem = Process(pid);
+        let layout = &p.interp.layout;
+        let info = CodeInfo::read(&mem, layout, code).ok()?;
+        let first_traceable = match layout.code_firsttraceable {
+            Some(at) => Some(i64::from(mem.i32(code + at).ok()?)),
+            None => None,
+        };
+        let module = *self.module.get_or_insert_with(|| {
+            conv.writer_mut().module(&Module {
+                kind: ModuleKind::Anonymous,
+                path: "[python]".into(),
+                build_id: Vec::new(),
+            })
+        });
+        self.next_address += 1;
+        let frame = Frame {
+            module,
+            address: self.next_address,
+        };
+        let id = conv.writer_mut().frame(frame);
+        self.names
+            .push((id, vec![format!("{} ({})", info.name, info.file)]));
+        let cf = CodeFrame {
+            frame,
+            first_traceable,
+        };
+        self.code_frames.insert((pid, code), cf);
+        Some(cf)
+    }
+}
