@@ -252,6 +252,13 @@ impl JitDump {
             .and_then(|s| self.loads.get(s.id as usize))
     }
 
+    /// Every load that ever covered `addr`, whatever the time.
+    pub fn loads_covering(&self, addr: u64) -> impl Iterator<Item = &Load> {
+        self.timeline
+            .covering(addr)
+            .filter_map(|s| self.loads.get(s.id as usize))
+    }
+
     /// Reads the records appended since the last call; `now` is the time
     /// of this read on the samples' clock. Returns the number of new loads
     /// (the tail of [`JitDump::loads`]). A missing file or an incomplete

@@ -153,6 +153,27 @@ impl PerfMap {
             .and_then(|s| self.entries.get(s.id as usize))
     }
 
+    /// The entry a map read only at the end ([`PerfMap::finish`]) gives
+    /// `addr`, whatever the time: for frames that carry no time.
+    pub fn lookup_at_end(&self, addr: u64) -> Option<&MapEntry> {
+        self.at_end
+            .lookup(addr, 0)
+            .and_then(|s| self.entries.get(s.id as usize))
+    }
+
+    /// Every entry that ever covered `addr`, whatever the time.
+    pub fn entries_covering(&self, addr: u64) -> impl Iterator<Item = &MapEntry> {
+        self.timed
+            .covering(addr)
+            .filter_map(|s| self.entries.get(s.id as usize))
+    }
+
+    /// Every entry taken so far, in the order read; [`PerfMap::poll`] says
+    /// how many are new.
+    pub fn entries(&self) -> &[MapEntry] {
+        &self.entries
+    }
+
     /// The entries whose names are not yet replaced, by start.
     pub fn current(&self) -> impl Iterator<Item = &MapEntry> {
         self.timed
@@ -411,6 +432,12 @@ mod tests {
         assert_eq!(name(0x1000, 50).as_deref(), Some("at-exit"));
         assert_eq!(name(0x1000, 950).as_deref(), Some("at-exit"));
         assert_eq!(m.finish(1000).expect("again"), 0);
+        assert_eq!(
+            m.lookup_at_end(0x1000).map(|e| e.name.as_str()),
+            Some("at-exit")
+        );
+        assert_eq!(m.entries().len(), 3);
+        assert_eq!(m.entries_covering(0x1000).count(), 2);
     }
 
     #[test]

@@ -106,6 +106,15 @@ impl Timeline {
         None
     }
 
+    /// Every range that ever held `addr`.
+    pub fn covering(&self, addr: u64) -> impl Iterator<Item = &Span> {
+        let lowest = addr.saturating_sub(self.max_len);
+        self.by_start
+            .range(lowest..=addr)
+            .flat_map(|(_, indexes)| indexes.iter().map(|&i| &self.spans[i as usize]))
+            .filter(move |s| addr < s.end)
+    }
+
     /// The ranges still open (not replaced by a later one), by start.
     pub fn open(&self) -> impl Iterator<Item = &Span> {
         self.open.values().map(|&i| &self.spans[i as usize])
@@ -146,6 +155,8 @@ mod tests {
         assert_eq!(t.lookup(0x1190, 5).map(|s| s.id), None);
         assert_eq!(t.lookup(0x1190, 4).map(|s| s.id), Some(2));
         assert_eq!(t.lookup(0x1250, 9).map(|s| s.id), Some(3));
+        let ever: Vec<u32> = t.covering(0x1090).map(|s| s.id).collect();
+        assert_eq!(ever, vec![1, 4]);
     }
 
     #[test]

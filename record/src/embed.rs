@@ -165,6 +165,13 @@ pub(crate) struct Lookup {
 }
 
 impl Lookup {
+    /// Adds the names of JIT frames (`jit`): the recorder named them from
+    /// the runtimes' maps and dumps, not from binaries.
+    pub(crate) fn add_jit(&mut self, jit: Vec<(u32, Vec<String>)>) {
+        self.summary.frames += jit.len() as u64;
+        self.names.extend(jit);
+    }
+
     /// Appends the names section to `out` (the finished recording).
     pub(crate) fn write<W: Write>(
         mut self,

@@ -499,6 +499,7 @@ impl Session {
             totals,
             mut warnings,
             loss_warning,
+            jit_names,
         } = st.finish(duration.as_nanos() as u64);
         let samples = writer.samples();
         // The last frames are named while the trailer is written; the
@@ -507,7 +508,10 @@ impl Session {
         let counts = totals.clone();
         let mut out = writer.finish(totals).map_err(out_err)?;
         let names = match pending.map(Pending::wait) {
-            Some(Some(l)) => Some(l.write(&mut out, &mut warnings).map_err(out_err)?),
+            Some(Some(mut l)) => {
+                l.add_jit(jit_names);
+                Some(l.write(&mut out, &mut warnings).map_err(out_err)?)
+            }
             Some(None) => {
                 warnings
                     .push("looking up names to embed failed; fold will read the binaries".into());

@@ -30,6 +30,7 @@ use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
 
 use crate::deep::{LiveStacks, Pending, Settled, Unwound, UserStack};
 use crate::defer::{self, Deferred};
+use crate::jit::JitNames;
 use crate::kernel::{KernelFrames, TrimRules};
 use crate::loss::Losses;
 use crate::offcpu::Blocked;
@@ -86,6 +87,8 @@ pub(crate) struct Finished<W: io::Write> {
     pub warnings: Vec<String>,
     /// The warning about lost samples, if any (said last).
     pub loss_warning: Option<String>,
+    /// The names of the JIT frames, for the names section (ascending ids).
+    pub jit_names: Vec<(u32, Vec<String>)>,
 }
 
 /// Everything the loop keeps between rounds.
@@ -111,6 +114,8 @@ pub(crate) struct State<W: io::Write> {
     fp_cap: Option<usize>,
     /// `-g fp,defer`: samples waiting for their user part, and the reverse.
     deferred: Option<Deferred>,
+    /// JIT code: followed perf maps and jitdumps, and the names they give.
+    jit: JitNames,
 }
 
 impl<W: io::Write> State<W> {
@@ -132,6 +137,7 @@ impl<W: io::Write> State<W> {
             exclude_pid: c.exclude_pid,
             fp_cap: c.fp_cap,
             deferred: c.defer.then(Deferred::default),
+            jit: JitNames::default(),
         }
     }
 
@@ -187,6 +193,8 @@ impl<W: io::Write> State<W> {
             exec: true,
             time_ns: 0,
         });
+        let now = sys::monotonic_ns();
+        self.jit.mapping(pid, path, now, self.conv.unwinder_mut());
     }
 
     /// One drain round: the records of every ring, in time order (see
@@ -199,6 +207,9 @@ impl<W: io::Write> State<W> {
         taken: Vec<Vec<u8>>,
     ) -> bool {
         self.losses.begin_round();
+        // Before the round's records: the JIT code they ran was written
+        // to its map or dump before it ran.
+        self.jit.poll(sys::monotonic_ns(), self.conv.unwinder_mut());
         let layout = self.layout;
         let mut malformed = 0;
         let late = rings::read_round(events, scratch, &taken, &layout, &mut malformed, |r| {
@@ -240,6 +251,8 @@ impl<W: io::Write> State<W> {
                     exec: true,
                     time_ns,
                 });
+                self.jit
+                    .mapping(pid, filename, sys::monotonic_ns(), self.conv.unwinder_mut());
             }
             PerfRecord::Comm {
                 pid,
@@ -353,6 +366,8 @@ impl<W: io::Write> State<W> {
             return;
         }
         self.seen(s.pid, s.tid);
+        self.jit
+            .sampled(s.pid, sys::monotonic_ns(), self.conv.unwinder_mut());
         let mut raw = RawSample {
             pid: s.pid,
             tid: s.tid,
@@ -478,11 +493,13 @@ impl<W: io::Write> State<W> {
     }
 
     /// The kernel part, once the symbol table is in (else the sample waits).
-    fn finish_raw(&mut self, raw: RawSample) {
+    fn finish_raw(&mut self, mut raw: RawSample) {
         if !self.kernel.is_ready() {
             self.held.push(raw);
             return;
         }
+        self.jit
+            .name_frames(self.conv.writer_mut(), raw.pid, raw.time, &mut raw.user);
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
         self.kernel.frames(&mut self.conv, &raw.kernel, &mut frames);
@@ -579,6 +596,9 @@ impl<W: io::Write> State<W> {
             self.losses.total(),
             samples,
         ));
+        let jit = std::mem::take(&mut self.jit);
+        let (jit_names, jit_warnings) = jit.finish(self.conv.writer(), sys::monotonic_ns());
+        warnings.extend(jit_warnings);
         if c.throttles > 0 {
             warnings.push(format!(
                 "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
@@ -590,6 +610,7 @@ impl<W: io::Write> State<W> {
             writer: self.conv.into_writer(),
             totals,
             warnings,
+            jit_names,
         }
     }
 }

@@ -283,17 +283,34 @@ fn symbolize_module(
     match m.kind {
         ModuleKind::File => files::file_frames(m, base, frames, ctx),
         ModuleKind::Kernel => kernel_frames(&ctx.ktable, base, frames, ctx.opts),
-        ModuleKind::Anonymous if !ctx.jit.is_empty() => jit_frames(&ctx.jit, base, frames),
+        ModuleKind::Anonymous if !ctx.jit.is_empty() || ctx.embedded.is_some() => {
+            anon_frames(ctx, base, frames)
+        }
         // The vDSO image is not on disk.
         _ => unresolved_frames(base, frames, None),
     }
 }
 
-fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
+/// Anonymous memory (JIT code): the names the recorder embedded (it read
+/// the runtimes' maps and dumps while they were written, by time), else
+/// the perf maps found now, else `module+0xADDR`.
+fn anon_frames(ctx: &Context<'_>, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
+    let jit: &JitMaps = &ctx.jit;
+    let embedded = |id: FrameId| {
+        let e = ctx.embedded.as_ref()?;
+        e.get(id as usize)
+            .copied()
+            .flatten()
+            .filter(|n| !n.is_empty())
+    };
     let mut names = LocalNames::default();
     let out = frames
         .iter()
         .map(|&(frame, addr)| {
+            if let Some(chain) = embedded(frame) {
+                let ids = chain.iter().map(|n| names.id(&sanitize(n), base)).collect();
+                return (frame, ids);
+            }
             let name = match jit.lookup(addr) {
                 Some(n) => sanitize(n),
                 None => sanitize(&unresolved(base, addr)),

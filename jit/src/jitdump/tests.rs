@@ -128,6 +128,11 @@ fn two_functions_alternating_at_one_address_are_each_named_only_while_loaded() {
         }
     }
     assert_eq!(wrong, 0, "{right} right, {unnamed} unnamed");
+    // Without a time, the address held two names: no single one.
+    let mut ever: Vec<&str> = d.loads_covering(ADDR).map(|l| l.name.as_str()).collect();
+    ever.dedup();
+    assert_eq!(ever.len(), LOADS as usize);
+    assert!(d.loads_covering(ADDR + 0x40).all(|l| l.name == "f"));
     assert!(right > 15_000 && unnamed > 5_000, "{right} {unnamed}");
 }
 

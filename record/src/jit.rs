@@ -1,0 +1,344 @@
+//! JIT code while recording: each process's perf map and jitdumps followed
+//! (see `flamerec_jit`), their code made known to the unwinder, and the
+//! user frames of samples in anonymous memory named by the code in force
+//! there at the sample's time.
+//!
+//! A process is followed once it maps anonymous executable memory (where
+//! JIT code lives), maps a `jit-*.dump` (the runtimes mmap their dump so
+//! perf sees it: that mapping is how its path is found), or is first
+//! sampled with a map already in `/tmp`. The files are read at the start
+//! of each drain round: a runtime writes a function's load or map line
+//! before it runs the code, so every sample of that round that ran it
+//! finds it.
+//!
+//! A named frame moves to a module of its own per JIT name (kind
+//! anonymous, path `[jit]`, the name's number as build id), at the same
+//! absolute address: code re-JITted at one address under another name is
+//! then another frame, and the name travels in the names section like
+//! every other (see [`JitNames::finish`]). Frames no timed line or load
+//! named stay in `[anon]` and are named at the end when the files, read
+//! whole by then, leave no doubt (see `name_untimed`).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::Path;
+
+use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, Writer};
+use flamerec_jit::{JitDump, PerfMap, Rules};
+use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
+
+/// The largest perf map read.
+const MAX_MAP: u64 = 256 << 20;
+/// The largest jitdump read (node writes the code bytes too).
+const MAX_DUMP: u64 = 1 << 30;
+/// CPython names its trampolines so, in maps and dumps.
+const PY_PREFIX: &str = "py::";
+
+/// One process's JIT files, and how much of each the unwinder knows.
+struct Sources {
+    map: PerfMap,
+    map_done: usize,
+    dumps: Vec<(JitDump, usize)>,
+    rules: Rules,
+}
+
+/// Every followed process's JIT code and the modules its names became.
+#[derive(Default)]
+pub(crate) struct JitNames {
+    procs: HashMap<u32, Sources>,
+    /// Processes whose owner could not be read (gone): not tried again.
+    unreadable: HashSet<u32>,
+    /// Whether each module of the recording (by id) is plain anonymous
+    /// memory, whose frames are looked up.
+    anon: Vec<bool>,
+    /// JIT name → its module, and back.
+    modules: HashMap<String, ModuleId>,
+    names: HashMap<ModuleId, String>,
+    warnings: Vec<String>,
+}
+
+impl JitNames {
+    /// An executable mapping of `pid` (a record or a line of /proc/PID/maps).
+    pub(crate) fn mapping(
+        &mut self,
+        pid: u32,
+        path: &str,
+        now: u64,
+        u: Option<&mut StackUnwinder>,
+    ) {
+        if is_jitdump(path) {
+            let Some(s) = self.follow(pid) else { return };
+            if !s.dumps.iter().any(|(d, _)| d.path() == Path::new(path)) {
+                let rules = Rules {
+                    max_len: MAX_DUMP,
+                    ..s.rules
+                };
+                s.dumps.push((JitDump::new(path, rules), 0));
+            }
+        } else if Module::mapped(path, &[]).kind == ModuleKind::Anonymous {
+            self.follow(pid);
+        } else {
+            return;
+        }
+        self.poll_pid(pid, now, u);
+    }
+
+    /// A sample of `pid`: a process not followed yet is when its perf map
+    /// exists (attached to a runtime that wrote one before).
+    pub(crate) fn sampled(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
+        if self.procs.contains_key(&pid) || self.unreadable.contains(&pid) {
+            return;
+        }
+        if std::fs::symlink_metadata(format!("/tmp/perf-{pid}.map")).is_ok() {
+            self.follow(pid);
+            self.poll_pid(pid, now, u);
+        } else {
+            // Asked once per process: a map written later comes with
+            // anonymous executable memory, whose mapping starts following.
+            self.unreadable.insert(pid);
+        }
+    }
+
+    fn follow(&mut self, pid: u32) -> Option<&mut Sources> {
+        if !self.procs.contains_key(&pid) {
+            let uid = match flamerec_jit::process_uid(pid) {
+                Ok(uid) => uid,
+                Err(_) => {
+                    self.unreadable.insert(pid);
+                    return None;
+                }
+            };
+            self.unreadable.remove(&pid);
+            let rules = Rules {
+                uid,
+                max_len: MAX_MAP,
+            };
+            self.procs.insert(
+                pid,
+                Sources {
+                    map: PerfMap::for_pid(pid, rules),
+                    map_done: 0,
+                    dumps: Vec::new(),
+                    rules,
+                },
+            );
+        }
+        self.procs.get_mut(&pid)
+    }
+
+    /// Reads what every followed process appended (at the start of a
+    /// drain round; `now` on the samples' clock).
+    pub(crate) fn poll(&mut self, now: u64, mut u: Option<&mut StackUnwinder>) {
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            self.poll_pid(pid, now, u.as_deref_mut());
+        }
+    }
+
+    fn poll_pid(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
+        let Some(s) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if let Err(e) = s.map.poll(now) {
+            self.warnings.push(format!("JIT names: {e}"));
+        }
+        for (d, _) in &mut s.dumps {
+            if let Err(e) = d.poll(now) {
+                self.warnings.push(format!("JIT names: {e}"));
+            }
+        }
+        if let Some(u) = u {
+            register(pid, s, u);
+        }
+    }
+
+    /// Names the user frames of a sample of `pid` at `time` that lie in
+    /// anonymous memory, moving each named one to its name's module.
+    pub(crate) fn name_frames<W: io::Write>(
+        &mut self,
+        writer: &mut Writer<W>,
+        pid: u32,
+        time: u64,
+        frames: &mut [Frame],
+    ) {
+        if !self.procs.contains_key(&pid) {
+            return;
+        }
+        self.learn_modules(writer);
+        for f in frames.iter_mut() {
+            if !self.anon.get(f.module as usize).copied().unwrap_or(false) {
+                continue;
+            }
+            let Some(name) = self.lookup(pid, f.address, time) else {
+                continue;
+            };
+            f.module = self.module_of(writer, name);
+        }
+    }
+
+    fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<String> {
+        let s = self.procs.get(&pid)?;
+        // The newest dump first: a process that exec'd keeps its pid.
+        let from_dump = s
+            .dumps
+            .iter()
+            .rev()
+            .find_map(|(d, _)| d.lookup(addr, time))
+            .map(|l| l.name.clone());
+        from_dump.or_else(|| s.map.lookup(addr, time).map(|e| e.name.clone()))
+    }
+
+    fn learn_modules<W: io::Write>(&mut self, writer: &Writer<W>) {
+        let from = self.anon.len();
+        for (i, m) in writer.modules_from(from).iter().enumerate() {
+            let id = (from + i) as ModuleId;
+            let plain = m.kind == ModuleKind::Anonymous && !self.names.contains_key(&id);
+            self.anon.push(plain);
+        }
+    }
+
+    fn module_of<W: io::Write>(&mut self, writer: &mut Writer<W>, name: String) -> ModuleId {
+        if let Some(&m) = self.modules.get(&name) {
+            return m;
+        }
+        let number = self.modules.len() as u32;
+        let id = writer.module(&Module {
+            kind: ModuleKind::Anonymous,
+            path: "[jit]".into(),
+            build_id: number.to_le_bytes().to_vec(),
+        });
+        self.names.insert(id, name.clone());
+        self.modules.insert(name, id);
+        // Its frames are named already.
+        if let Some(slot) = self.anon.get_mut(id as usize) {
+            *slot = false;
+        }
+        id
+    }
+
+    /// After the last drain, the processes ended: the last reads (a map
+    /// written at exit), then the names of every JIT frame, for the names
+    /// section (ascending frame ids), and the warnings.
+    pub(crate) fn finish<W: io::Write>(
+        mut self,
+        writer: &Writer<W>,
+        now: u64,
+    ) -> (Vec<(FrameId, Vec<String>)>, Vec<String>) {
+        for s in self.procs.values_mut() {
+            if let Err(e) = s.map.finish(now) {
+                self.warnings.push(format!("JIT names: {e}"));
+            }
+            for (d, _) in &mut s.dumps {
+                if let Err(e) = d.poll(now) {
+                    self.warnings.push(format!("JIT names: {e}"));
+                }
+            }
+        }
+        self.learn_modules(writer);
+        let mut out = Vec::new();
+        for (id, f) in writer.frames_from(0).iter().enumerate() {
+            let id = id as FrameId;
+            if let Some(name) = self.names.get(&f.module) {
+                out.push((id, vec![name.clone()]));
+            } else if self.anon.get(f.module as usize).copied().unwrap_or(false) {
+                if let Some(name) = self.name_untimed(f.address) {
+                    out.push((id, vec![name.to_string()]));
+                }
+            }
+        }
+        (out, self.warnings)
+    }
+}
+
+impl JitNames {
+    /// The name of a frame left in `[anon]` (its code was not in its
+    /// runtime's file yet when sampled: node writes the last records of
+    /// both files at exit), which carries neither process nor time: the
+    /// one name every load and line that ever covered the address gives,
+    /// in every followed process; else the one every map read only at the
+    /// end gives. Addresses that held code of several names stay unnamed.
+    fn name_untimed(&self, addr: u64) -> Option<&str> {
+        let ever = self.procs.values().flat_map(|s| {
+            let dumps = s
+                .dumps
+                .iter()
+                .flat_map(move |(d, _)| d.loads_covering(addr));
+            let lines = s.map.entries_covering(addr);
+            dumps
+                .map(|l| l.name.as_str())
+                .chain(lines.map(|e| e.name.as_str()))
+        });
+        if let Some(name) = one(ever) {
+            return Some(name);
+        }
+        one(self
+            .procs
+            .values()
+            .filter_map(|s| s.map.lookup_at_end(addr))
+            .map(|e| e.name.as_str()))
+    }
+}
+
+/// The one distinct item, if there is exactly one.
+fn one<'a>(mut names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let first = names.next()?;
+    names.all(|n| n == first).then_some(first)
+}
+
+/// Tells the unwinder about the code `s` learned since the last time:
+/// loads with their own tables, and CPython's trampolines by their length.
+fn register(pid: u32, s: &mut Sources, u: &mut StackUnwinder) {
+    for (d, done) in &mut s.dumps {
+        for l in d.loads().get(*done..).unwrap_or_default() {
+            if let Some(t) = &l.unwind {
+                let span = |at: u64, b: &std::sync::Arc<Vec<u8>>| {
+                    (at..at.saturating_add(b.len() as u64), Bytes(b.clone()))
+                };
+                let tables = JitTables {
+                    eh_frame: span(t.eh_frame_addr, &t.eh_frame),
+                    eh_frame_hdr: t
+                        .eh_frame_hdr
+                        .as_ref()
+                        .map(|h| span(t.eh_frame_hdr_addr, h)),
+                };
+                u.add_jit_code(pid, l.start..l.end, tables);
+            } else if l.name.starts_with(PY_PREFIX) {
+                if let Some(shape) = TrampolineShape::from_len(l.end - l.start) {
+                    u.add_trampoline(pid, l.start, shape);
+                }
+            }
+        }
+        *done = d.loads().len();
+    }
+    let entries = s.map.entries();
+    for e in entries.get(s.map_done..).unwrap_or_default() {
+        if e.name.starts_with(PY_PREFIX) {
+            if let Some(shape) = TrampolineShape::from_len(e.end - e.start) {
+                u.add_trampoline(pid, e.start, shape);
+            }
+        }
+    }
+    s.map_done = entries.len();
+}
+
+/// A runtime's jitdump: `jit-<pid>.dump` (the name perf looks for).
+fn is_jitdump(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.strip_prefix("jit-")
+        .and_then(|r| r.strip_suffix(".dump"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitdumps_are_known_by_their_name() {
+        assert!(is_jitdump("/tmp/jit-123.dump"));
+        assert!(is_jitdump("jit-1.dump"));
+        assert!(!is_jitdump("/tmp/jit-.dump"));
+        assert!(!is_jitdump("/tmp/jit-12x.dump"));
+        assert!(!is_jitdump("/usr/lib/libjit-1.so"));
+    }
+}
