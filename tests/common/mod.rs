@@ -79,8 +79,17 @@ pub fn workload() -> Option<RwLockReadGuard<'static, ()>> {
 
 /// Records `cmd` into `out`; `None` when perf tests are skipped.
 pub fn record(out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    record_in(None, out, extra, cmd)
+}
+
+/// [`record`], with the command run in `cwd` (runtimes write files there).
+pub fn record_in(cwd: Option<&Path>, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    let mut c = flamerec();
+    if let Some(dir) = cwd {
+        c.current_dir(dir);
+    }
     let running = workload();
-    let o = flamerec()
+    let o = c
         .arg("record")
         .arg("-q")
         .arg("-o")
@@ -181,6 +190,27 @@ pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBu
     let args: Vec<&str> = flags.iter().copied().chain(["-o", name, &file]).collect();
     gcc(dir, &args);
     dir.join(name)
+}
+
+/// A runtime the tests need (`node`, `python3.13`): its path on PATH, or
+/// `None` when it is missing and `skip_var` is `1` (said on stderr); a
+/// missing runtime fails the test naming the cause otherwise.
+pub fn runtime(name: &str, skip_var: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    match found {
+        Some(p) => Some(p),
+        None if std::env::var(skip_var).as_deref() == Ok("1") => {
+            eprintln!("skipped ({skip_var}=1): {name} is not on PATH");
+            None
+        }
+        None => {
+            panic!("{name} is not on PATH, so this test cannot run it (set {skip_var}=1 to skip)")
+        }
+    }
 }
 
 /// Whether perf_event_open works here; panics naming the cause when it does

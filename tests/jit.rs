@@ -1,0 +1,98 @@
+//! JIT code named while recording: node writing a jitdump (`--perf-prof`)
+//! or a perf map (`--perf-basic-prof`), recorded as a user would, folded
+//! after the runtime's files are gone (the names travel in the recording).
+//!
+//! The program (`programs/known-profile.js`) spends 50/30/20 of its time
+//! in `fa`, `fb` and `fc`. Shares are of the samples in one of them, within
+//! 6 points: about 1,300 such samples put one standard deviation of the
+//! count near 1.4 points, and what the JIT does before it optimizes a
+//! function (interpreted and baseline code, named too) shifts a share by a
+//! point or two more on a busy 2-core machine.
+//!
+//! `FLAMEREC_SKIP_NODE_TESTS=1` skips them where node is missing.
+
+use crate::common::{fold, record_in, runtime, share, stderr, tmp};
+
+const PROGRAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/programs/known-profile.js"
+);
+const MARGIN: f64 = 6.0;
+
+/// The JS function a frame names (`JS:*fa /path.js:4:13` → `fa`), in
+/// whichever tier (`*` optimized, `^` baseline, `~` interpreted).
+fn js_function(frame: &str) -> Option<&str> {
+    let rest = frame.strip_prefix("JS:")?;
+    let rest = rest.trim_start_matches(['*', '^', '~']);
+    rest.split(' ').next()
+}
+
+/// Records the program under node with `flag` in a fresh directory (node
+/// writes its jitdump there), removes the runtime's files, folds per
+/// process, and checks names, shares and whole stacks.
+fn check(flag: &str) {
+    let Some(node) = runtime("node", "FLAMEREC_SKIP_NODE_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("js.frec");
+    let node = node.to_string_lossy().into_owned();
+    let cmd = [
+        node.as_str(),
+        "--allow-natives-syntax",
+        flag,
+        PROGRAM,
+        "300",
+    ];
+    // node writes jit-PID.dump in its working directory: run it in `dir`.
+    let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
+        return;
+    };
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let stacks = fold(&out, &["--per-process"]);
+    // Gone before folding again: the names must come from the recording.
+    for (s, _) in &stacks {
+        if let Some(pid) = s[0].rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+            let _ = std::fs::remove_file(dir.path().join(format!("jit-{pid}.dump")));
+        }
+    }
+    let stacks = fold(&out, &[]);
+    let in_fn =
+        |name: &'static str| move |s: &[String]| s.iter().any(|f| js_function(f) == Some(name));
+    let ours: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| {
+            s.iter()
+                .any(|f| matches!(js_function(f), Some("fa" | "fb" | "fc")))
+        })
+        .cloned()
+        .collect();
+    let n: u64 = ours.iter().map(|s| s.1).sum();
+    assert!(n > 500, "{flag}: only {n} samples in fa, fb or fc");
+    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
+        let got = share(&ours, in_fn(name));
+        assert!(
+            (got - want).abs() <= MARGIN,
+            "{flag}: {name} {got:.1}% of {n} samples, {want}% expected"
+        );
+    }
+    // Their leaves are named (no `[anon]+0x…`) and their stacks whole.
+    let anon_leaf = share(&ours, |s| s.last().is_some_and(|f| f.starts_with("[anon]")));
+    assert!(
+        anon_leaf < 1.0,
+        "{flag}: {anon_leaf:.1}% of the leaves unnamed"
+    );
+    let whole = share(&ours, |s| s.get(1).is_some_and(|f| f == "_start"));
+    assert!(whole >= 97.0, "{flag}: {whole:.1}% whole");
+}
+
+#[test]
+fn node_perf_prof_functions_are_named_from_its_jitdump() {
+    check("--perf-prof");
+}
+
+#[test]
+fn node_perf_basic_prof_functions_are_named_from_its_map() {
+    check("--perf-basic-prof");
+}
