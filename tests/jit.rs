@@ -9,9 +9,14 @@
 //! function (interpreted and baseline code, named too) shifts a share by a
 //! point or two more on a busy 2-core machine.
 //!
-//! `FLAMEREC_SKIP_NODE_TESTS=1` skips them where node is missing.
+//! CPython's `-X perf` trampolines (3.12, a perf map flushed per line) are
+//! stepped while recording, so stacks are whole through 30 interpreter
+//! entries, each behind a trampoline.
+//!
+//! `FLAMEREC_SKIP_NODE_TESTS=1` and `FLAMEREC_SKIP_PYTHON_TESTS=1` skip
+//! them where node or pyenv's CPython 3.12 is missing.
 
-use crate::common::{fold, record_in, runtime, share, stderr, tmp};
+use crate::common::{fold, python, record, record_in, runtime, share, stderr, tmp};
 
 const PROGRAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -95,4 +100,54 @@ fn node_perf_prof_functions_are_named_from_its_jitdump() {
 #[test]
 fn node_perf_basic_prof_functions_are_named_from_its_map() {
     check("--perf-basic-prof");
+}
+
+const PY_PROGRAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/programs/known-profile.py"
+);
+
+#[test]
+fn python_perf_trampolines_are_unwound_through_and_named() {
+    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("py.frec");
+    let py = py.to_string_lossy().into_owned();
+    let Some(o) = record(&out, &[], &[&py, "-X", "perf", PY_PROGRAM, "400"]) else {
+        return;
+    };
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let stacks = fold(&out, &["--per-process"]);
+    for (s, _) in &stacks {
+        if let Some(pid) = s[0].rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) {
+            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        }
+    }
+    let stacks = fold(&out, &[]);
+    let named = |name: &'static str| {
+        move |s: &[String]| s.iter().any(|f| f.starts_with(&format!("py::{name}:")))
+    };
+    let ours: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| named("spin")(s))
+        .cloned()
+        .collect();
+    let n: u64 = ours.iter().map(|s| s.1).sum();
+    assert!(n > 500, "only {n} samples in spin");
+    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
+        let got = share(&ours, named(name));
+        assert!(
+            (got - want).abs() <= MARGIN,
+            "{name} {got:.1}% of {n} samples, {want}% expected"
+        );
+    }
+    // Whole: from _start through all 31 frames of `deep` (each behind its
+    // trampoline), not cut at the first trampoline as before.
+    let whole = share(&ours, |s| {
+        s.get(1).is_some_and(|f| f == "_start")
+            && s.iter().filter(|f| f.starts_with("py::deep:")).count() == 31
+    });
+    assert!(whole >= 97.0, "{whole:.1}% whole");
 }
