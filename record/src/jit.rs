@@ -99,6 +99,12 @@ impl JitNames {
         }
     }
 
+    /// `pid` called exec: its files were the old image's.
+    pub(crate) fn exec(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.unreadable.remove(&pid);
+    }
+
     fn follow(&mut self, pid: u32) -> Option<&mut Sources> {
         if !self.procs.contains_key(&pid) {
             let uid = match flamerec_jit::process_uid(pid) {

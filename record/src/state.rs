@@ -273,6 +273,7 @@ impl<W: io::Write> State<W> {
                         self.write_settled(done);
                     }
                     self.conv.exec(pid, t);
+                    self.jit.exec(pid);
                 }
                 self.seen(pid, tid);
                 self.conv.comm(t, pid, tid, name, exec);
