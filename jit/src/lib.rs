@@ -25,7 +25,7 @@ mod timeline;
 use std::path::PathBuf;
 
 pub use jitdump::{Clock, DumpStats, JitDump, LineEntry, Load, UnwindInfo};
-pub use open::{process_uid, Rules};
+pub use open::{process_start, process_uid, Rules};
 pub use perfmap::{MapEntry, MapStats, PerfMap};
 
 /// The longest code range taken from a map line or a load: longer ones are
@@ -50,6 +50,10 @@ pub enum Refusal {
         /// The process's effective uid.
         expected: u32,
     },
+    /// Last written before the process started: left by an earlier
+    /// process with the same pid.
+    #[error("older than the process (left by an earlier process with its pid)")]
+    Stale,
     /// Larger than the limit (read up to it when it grew past it).
     #[error("larger than {limit} bytes")]
     TooLarge {

@@ -10,6 +10,7 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use crate::Refusal;
 
@@ -22,6 +23,9 @@ pub struct Rules {
     /// The largest size read; a file larger than this is refused when
     /// opened, and one that grows past it is read up to it.
     pub max_len: u64,
+    /// When the process started ([`process_start`]): a file last written
+    /// before then was left by an earlier process with the same pid.
+    pub not_before: Option<SystemTime>,
 }
 
 /// Why opening failed: the system said no, or the file broke a rule.
@@ -61,6 +65,11 @@ pub(crate) fn check(meta: &Metadata, rules: Rules) -> Result<(), Refusal> {
             expected: rules.uid,
         });
     }
+    if let (Some(start), Ok(written)) = (rules.not_before, meta.modified()) {
+        if written < start {
+            return Err(Refusal::Stale);
+        }
+    }
     if meta.len() > rules.max_len {
         return Err(Refusal::TooLarge {
             limit: rules.max_len,
@@ -81,6 +90,32 @@ pub fn process_uid(pid: u32) -> io::Result<u32> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Uid line in status"))
 }
 
+/// When `pid` started, to a second (less one, for the rounding): from its
+/// start in clock ticks after boot (/proc/PID/stat) and the boot time
+/// (/proc/stat).
+pub fn process_start(pid: u32) -> io::Result<SystemTime> {
+    // The kernel's tick as user space sees it (USER_HZ), 100 on x86-64.
+    const TICKS: u64 = 100;
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let (_, rest) = stat
+        .rsplit_once(") ")
+        .ok_or_else(|| bad("stat without a name"))?;
+    // Field 22 of the line, the 20th after the name.
+    let ticks: u64 = rest
+        .split_whitespace()
+        .nth(19)
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| bad("stat without a start time"))?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat")?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|b| b.trim().parse().ok())
+        .ok_or_else(|| bad("no btime in /proc/stat"))?;
+    let secs = (boot + ticks / TICKS).saturating_sub(1);
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +129,7 @@ mod tests {
         Rules {
             uid: own_uid(),
             max_len: 100,
+            not_before: None,
         }
     }
 
@@ -153,11 +189,36 @@ mod tests {
         let rules = Rules {
             uid: expected,
             max_len: 100,
+            not_before: None,
         };
         assert!(matches!(
             open(&p, rules),
             Err(OpenError::Refused(Refusal::WrongOwner { owner: o, expected: e }))
                 if (o, e) == (owner, expected)
+        ));
+    }
+
+    #[test]
+    fn a_file_older_than_the_process_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("perf-1.map");
+        std::fs::write(&p, b"1 2 x\n").expect("write");
+        let started = process_start(std::process::id()).expect("own start");
+        assert!(started <= SystemTime::now());
+        // Written after this test process started: ours.
+        let ours = Rules {
+            not_before: Some(started),
+            ..rules()
+        };
+        assert!(open(&p, ours).is_ok());
+        // A process that started after the file was written did not write it.
+        let later = Rules {
+            not_before: Some(SystemTime::now() + Duration::from_secs(60)),
+            ..rules()
+        };
+        assert!(matches!(
+            open(&p, later),
+            Err(OpenError::Refused(Refusal::Stale))
         ));
     }
 }

@@ -361,6 +361,7 @@ mod tests {
         Rules {
             uid: open::process_uid(std::process::id()).expect("uid"),
             max_len: 1 << 20,
+            not_before: None,
         }
     }
 

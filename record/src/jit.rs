@@ -118,6 +118,8 @@ impl JitNames {
             let rules = Rules {
                 uid,
                 max_len: MAX_MAP,
+                // A map left by an earlier process with this pid is not its.
+                not_before: flamerec_jit::process_start(pid).ok(),
             };
             self.procs.insert(
                 pid,

@@ -5,6 +5,7 @@ fn rules() -> Rules {
     Rules {
         uid: open::process_uid(std::process::id()).expect("uid"),
         max_len: 1 << 24,
+        not_before: None,
     }
 }
 
