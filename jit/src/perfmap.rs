@@ -153,12 +153,12 @@ impl PerfMap {
             .and_then(|s| self.entries.get(s.id as usize))
     }
 
-    /// The entry a map read only at the end ([`PerfMap::finish`]) gives
+    /// Every entry first read at the end ([`PerfMap::finish`]) that covers
     /// `addr`, whatever the time: for frames that carry no time.
-    pub fn lookup_at_end(&self, addr: u64) -> Option<&MapEntry> {
+    pub fn at_end_covering(&self, addr: u64) -> impl Iterator<Item = &MapEntry> {
         self.at_end
-            .lookup(addr, 0)
-            .and_then(|s| self.entries.get(s.id as usize))
+            .covering(addr)
+            .filter_map(|s| self.entries.get(s.id as usize))
     }
 
     /// Every entry that ever covered `addr`, whatever the time.
@@ -433,10 +433,8 @@ mod tests {
         assert_eq!(name(0x1000, 50).as_deref(), Some("at-exit"));
         assert_eq!(name(0x1000, 950).as_deref(), Some("at-exit"));
         assert_eq!(m.finish(1000).expect("again"), 0);
-        assert_eq!(
-            m.lookup_at_end(0x1000).map(|e| e.name.as_str()),
-            Some("at-exit")
-        );
+        let at_end: Vec<&str> = m.at_end_covering(0x1000).map(|e| e.name.as_str()).collect();
+        assert_eq!(at_end, ["at-exit"]);
         assert_eq!(m.entries().len(), 3);
         assert_eq!(m.entries_covering(0x1000).count(), 2);
     }

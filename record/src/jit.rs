@@ -263,8 +263,9 @@ impl JitNames {
     /// runtime's file yet when sampled: node writes the last records of
     /// both files at exit), which carries neither process nor time: the
     /// one name every load and line that ever covered the address gives,
-    /// in every followed process; else the one every map read only at the
-    /// end gives. Addresses that held code of several names stay unnamed.
+    /// in every followed process; else the one every line first read at
+    /// the end gives (what no earlier line covered, as for timed frames).
+    /// Addresses that held code of several names stay unnamed.
     fn name_untimed(&self, addr: u64) -> Option<&str> {
         let ever = self.procs.values().flat_map(|s| {
             let dumps = s
@@ -279,11 +280,11 @@ impl JitNames {
         if let Some(name) = one(ever) {
             return Some(name);
         }
-        one(self
+        let at_end = self
             .procs
             .values()
-            .filter_map(|s| s.map.lookup_at_end(addr))
-            .map(|e| e.name.as_str()))
+            .flat_map(|s| s.map.at_end_covering(addr));
+        one(at_end.map(|e| e.name.as_str()))
     }
 }
 
@@ -340,6 +341,68 @@ fn is_jitdump(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A followed process whose map holds `lines`, read as it ended.
+    fn with_map(names: &mut JitNames, dir: &Path, pid: u32, lines: &str) {
+        let path = dir.join(format!("perf-{pid}.map"));
+        std::fs::write(&path, lines).expect("write");
+        let rules = Rules {
+            uid: flamerec_jit::process_uid(std::process::id()).expect("uid"),
+            max_len: MAX_MAP,
+            not_before: None,
+        };
+        let mut map = PerfMap::new(path, rules);
+        map.finish(10).expect("read");
+        names.procs.insert(
+            pid,
+            Sources {
+                map,
+                map_done: 0,
+                dumps: Vec::new(),
+                rules,
+            },
+        );
+    }
+
+    #[test]
+    fn a_frame_without_time_or_process_is_named_only_when_every_line_agrees() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut names = JitNames::default();
+        with_map(
+            &mut names,
+            dir.path(),
+            1,
+            "1000 100 f\n2000 100 a\n2000 100 b\n",
+        );
+        with_map(&mut names, dir.path(), 2, "1000 100 f\n3000 100 c\n");
+        assert_eq!(names.name_untimed(0x1010), Some("f"));
+        assert_eq!(names.name_untimed(0x3000), Some("c"));
+        // Two names ever held 0x2000: neither is certain.
+        assert_eq!(names.name_untimed(0x2010), None);
+        assert_eq!(names.name_untimed(0x4000), None);
+        // A line of the map read at the end names what no line during the
+        // recording covered.
+        names
+            .procs
+            .get_mut(&2)
+            .expect("2")
+            .map
+            .poll(5)
+            .expect("poll");
+        with_map(&mut names, dir.path(), 3, "1000 100 g\n");
+        assert_eq!(names.name_untimed(0x1010), None);
+        // A line seen during the recording and another at the end: the
+        // one read at the end names what the timed one did not.
+        let s = names.procs.get_mut(&3).expect("3");
+        let path = s.map.path().to_path_buf();
+        let mut map = PerfMap::new(&path, s.rules);
+        std::fs::write(&path, "5000 10 x\n").expect("write");
+        map.poll(1).expect("poll");
+        std::fs::write(&path, "5000 10 x\n5000 10 y\n").expect("write");
+        map.finish(2).expect("finish");
+        s.map = map;
+        assert_eq!(names.name_untimed(0x5004), Some("y"));
+    }
 
     #[test]
     fn jitdumps_are_known_by_their_name() {
