@@ -13,6 +13,8 @@
 //! stepped while recording, so stacks are whole through 30 interpreter
 //! entries, each behind a trampoline.
 //!
+//! node run without a perf flag is told, once, which flag it needs.
+//!
 //! `FLAMEREC_SKIP_NODE_TESTS=1` and `FLAMEREC_SKIP_PYTHON_TESTS=1` skip
 //! them where node or pyenv's CPython 3.12 is missing.
 
@@ -54,6 +56,11 @@ fn check(flag: &str) {
         return;
     };
     assert!(o.status.success(), "record failed: {}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("no perf map or jitdump named"),
+        "{}",
+        stderr(&o)
+    );
     let stacks = fold(&out, &["--per-process"]);
     // Gone before folding again: the names must come from the recording.
     for (s, _) in &stacks {
@@ -150,4 +157,24 @@ fn python_perf_trampolines_are_unwound_through_and_named() {
             && s.iter().filter(|f| f.starts_with("py::deep:")).count() == 31
     });
     assert!(whole >= 97.0, "{whole:.1}% whole");
+}
+
+#[test]
+fn node_without_a_perf_flag_is_told_what_it_needs() {
+    let Some(node) = runtime("node", "FLAMEREC_SKIP_NODE_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("js.frec");
+    let node = node.to_string_lossy().into_owned();
+    let cmd = [node.as_str(), "--allow-natives-syntax", PROGRAM, "100"];
+    let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
+        return;
+    };
+    // Most samples are in optimized JS: far above the 1% the advice needs.
+    let err = stderr(&o);
+    assert!(
+        err.contains("JIT code of node that no perf map or jitdump named: run node with --perf-basic-prof or --perf-prof"),
+        "{err}"
+    );
 }

@@ -54,8 +54,16 @@ pub(crate) struct JitNames {
     /// JIT name → its module, and back.
     modules: HashMap<String, ModuleId>,
     names: HashMap<ModuleId, String>,
+    /// Samples whose user leaf no file named when sampled, by (process,
+    /// address), with each process's command name: said at the end when
+    /// still unnamed (see [`setup_advice`]).
+    unnamed: HashMap<(u32, u64), u64>,
+    comms: HashMap<u32, String>,
     warnings: Vec<String>,
 }
+
+/// The most (process, address) pairs kept for the setup advice.
+const MAX_UNNAMED: usize = 1 << 16;
 
 impl JitNames {
     /// An executable mapping of `pid` (a record or a line of /proc/PID/maps).
@@ -169,19 +177,30 @@ impl JitNames {
         time: u64,
         frames: &mut [Frame],
     ) {
-        if !self.procs.contains_key(&pid) {
-            return;
-        }
         self.learn_modules(writer);
-        for f in frames.iter_mut() {
+        for (i, f) in frames.iter_mut().enumerate() {
             if !self.anon.get(f.module as usize).copied().unwrap_or(false) {
                 continue;
             }
-            let Some(name) = self.lookup(pid, f.address, time) else {
-                continue;
-            };
-            f.module = self.module_of(writer, name);
+            match self.lookup(pid, f.address, time) {
+                Some(name) => f.module = self.module_of(writer, name),
+                // The leaf: where the sample was, for the setup advice.
+                None if i == 0 => self.unnamed_leaf(pid, f.address),
+                None => {}
+            }
         }
+    }
+
+    fn unnamed_leaf(&mut self, pid: u32, addr: u64) {
+        if self.unnamed.len() >= MAX_UNNAMED && !self.unnamed.contains_key(&(pid, addr)) {
+            return;
+        }
+        *self.unnamed.entry((pid, addr)).or_default() += 1;
+        self.comms.entry(pid).or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim_end().to_string())
+                .unwrap_or_default()
+        });
     }
 
     fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<String> {
@@ -232,6 +251,31 @@ impl JitNames {
         writer: &Writer<W>,
         now: u64,
     ) -> (Vec<(FrameId, Vec<String>)>, Vec<String>) {
+        let out = self.name_all(writer, now);
+        let mut by_comm: HashMap<&str, u64> = HashMap::new();
+        for (&(pid, addr), &n) in &self.unnamed {
+            if self.name_untimed(addr).is_none() {
+                let comm = self.comms.get(&pid).map_or("", String::as_str);
+                *by_comm.entry(comm).or_default() += n;
+            }
+        }
+        let samples = writer.samples().max(1);
+        let mut advice: Vec<(u64, String)> = by_comm
+            .into_iter()
+            .filter(|&(_, n)| n * 100 >= samples)
+            .map(|(comm, n)| (n, setup_advice(comm, n * 100 / samples)))
+            .collect();
+        advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        self.warnings.extend(advice.into_iter().map(|(_, a)| a));
+        (out, self.warnings)
+    }
+
+    /// The last reads, then the names of every JIT frame.
+    fn name_all<W: io::Write>(
+        &mut self,
+        writer: &Writer<W>,
+        now: u64,
+    ) -> Vec<(FrameId, Vec<String>)> {
         for s in self.procs.values_mut() {
             if let Err(e) = s.map.finish(now) {
                 self.warnings.push(format!("JIT names: {e}"));
@@ -254,8 +298,25 @@ impl JitNames {
                 }
             }
         }
-        (out, self.warnings)
+        out
     }
+}
+
+/// What a runtime needs for its JIT code to be named, said when `pct`
+/// percent of the samples ran in anonymous memory of processes named
+/// `comm` that no file named.
+fn setup_advice(comm: &str, pct: u64) -> String {
+    let what = if comm.starts_with("node") {
+        "run node with --perf-basic-prof or --perf-prof"
+    } else if comm.starts_with("java") {
+        "run java with -XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or `jcmd PID Compiler.perfmap` before it ends"
+    } else if comm.starts_with("python") {
+        "run CPython 3.12+ with -X perf"
+    } else {
+        "its runtime must write /tmp/perf-PID.map or a jitdump"
+    };
+    let who = if comm.is_empty() { "processes" } else { comm };
+    format!("{pct}% of samples ran in JIT code of {who} that no perf map or jitdump named: {what}")
 }
 
 impl JitNames {
