@@ -24,7 +24,7 @@ use std::io;
 use std::path::Path;
 
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, Writer};
-use flamerec_jit::{JitDump, PerfMap, Rules};
+use flamerec_jit::{Clock, JitDump, PerfMap, Rules};
 use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
 
 /// The largest perf map read.
@@ -59,6 +59,8 @@ pub(crate) struct JitNames {
     /// still unnamed (see [`setup_advice`]).
     unnamed: HashMap<(u32, u64), u64>,
     comms: HashMap<u32, String>,
+    /// Processes whose dump was said to be on another clock.
+    clock_said: HashSet<u32>,
     warnings: Vec<String>,
 }
 
@@ -161,6 +163,14 @@ impl JitNames {
         for (d, _) in &mut s.dumps {
             if let Err(e) = d.poll(now) {
                 self.warnings.push(format!("JIT names: {e}"));
+            }
+            if d.clock() == Some(Clock::ArchTimestamp) && self.clock_said.insert(pid) {
+                self.warnings.push(format!(
+                    "JIT names: {}: times are the CPU's time-stamp counter \
+                     (JITDUMP_FLAGS_ARCH_TIMESTAMP), not the samples' clock: its code is \
+                     named from when flamerec read it",
+                    d.path().display()
+                ));
             }
         }
         if let Some(u) = u {
@@ -463,6 +473,33 @@ mod tests {
         map.finish(2).expect("finish");
         s.map = map;
         assert_eq!(names.name_untimed(0x5004), Some("y"));
+    }
+
+    #[test]
+    fn a_dump_on_the_cpus_clock_is_said_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut names = JitNames::default();
+        with_map(&mut names, dir.path(), 7, "");
+        // A jitdump header (little-endian, version 1, x86-64) flagging
+        // JITDUMP_FLAGS_ARCH_TIMESTAMP, and no records yet.
+        let mut head = b"DTiJ".to_vec();
+        for v in [1u32, 40, 62, 0, 7] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&0u64.to_le_bytes());
+        head.extend_from_slice(&1u64.to_le_bytes());
+        let path = dir.path().join("jit-7.dump");
+        std::fs::write(&path, head).expect("write");
+        let s = names.procs.get_mut(&7).expect("7");
+        s.dumps.push((JitDump::new(&path, s.rules), 0));
+        names.poll(1, None);
+        names.poll(2, None);
+        let said: Vec<&String> = names
+            .warnings
+            .iter()
+            .filter(|w| w.contains("time-stamp counter"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:?}", names.warnings);
     }
 
     #[test]
