@@ -13,12 +13,23 @@
 //! stepped while recording, so stacks are whole through 30 interpreter
 //! entries, each behind a trampoline.
 //!
-//! node run without a perf flag is told, once, which flag it needs.
+//! node run without a perf flag is told, once, which flag it needs. Java
+//! writes its whole map at exit (`-XX:+DumpPerfMapAtExit`): read after the
+//! process ended, it names what no earlier line did.
 //!
-//! `FLAMEREC_SKIP_NODE_TESTS=1` and `FLAMEREC_SKIP_PYTHON_TESTS=1` skip
-//! them where node or pyenv's CPython 3.12 is missing.
+//! `FLAMEREC_SKIP_NODE_TESTS=1`, `FLAMEREC_SKIP_PYTHON_TESTS=1` and
+//! `FLAMEREC_SKIP_JAVA_TESTS=1` skip them where node, pyenv's CPython 3.12
+//! or a JDK (`javac`, `java`) is missing.
 
-use crate::common::{fold, python, record, record_in, runtime, share, stderr, tmp};
+use crate::common::{
+    fold, python, record, record_in, remove_jit_files, runtime, share, stderr, tmp,
+};
+
+/// No advice to add a perf flag: the run had one.
+fn no_setup_advice(o: &std::process::Output) {
+    let err = stderr(o);
+    assert!(!err.contains("no perf map or jitdump named"), "{err}");
+}
 
 const PROGRAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -55,20 +66,10 @@ fn check(flag: &str) {
     let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
         return;
     };
+    // Gone before folding: the names must come from the recording.
+    remove_jit_files(&out, Some(dir.path()));
     assert!(o.status.success(), "record failed: {}", stderr(&o));
-    assert!(
-        !stderr(&o).contains("no perf map or jitdump named"),
-        "{}",
-        stderr(&o)
-    );
-    let stacks = fold(&out, &["--per-process"]);
-    // Gone before folding again: the names must come from the recording.
-    for (s, _) in &stacks {
-        if let Some(pid) = s[0].rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) {
-            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
-            let _ = std::fs::remove_file(dir.path().join(format!("jit-{pid}.dump")));
-        }
-    }
+    no_setup_advice(&o);
     let stacks = fold(&out, &[]);
     let in_fn =
         |name: &'static str| move |s: &[String]| s.iter().any(|f| js_function(f) == Some(name));
@@ -125,13 +126,9 @@ fn python_perf_trampolines_are_unwound_through_and_named() {
     let Some(o) = record(&out, &[], &[&py, "-X", "perf", PY_PROGRAM, "400"]) else {
         return;
     };
+    // Gone before folding: the names must come from the recording.
+    remove_jit_files(&out, Some(dir.path()));
     assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let stacks = fold(&out, &["--per-process"]);
-    for (s, _) in &stacks {
-        if let Some(pid) = s[0].rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) {
-            let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
-        }
-    }
     let stacks = fold(&out, &[]);
     let named = |name: &'static str| {
         move |s: &[String]| s.iter().any(|f| f.starts_with(&format!("py::{name}:")))
@@ -177,4 +174,71 @@ fn node_without_a_perf_flag_is_told_what_it_needs() {
         err.contains("JIT code of node that no perf map or jitdump named: run node with --perf-basic-prof or --perf-prof"),
         "{err}"
     );
+}
+
+const JAVA_PROGRAM: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/programs/KnownProfile.java"
+);
+
+#[test]
+fn java_functions_are_named_from_the_map_it_writes_at_exit() {
+    let skip = "FLAMEREC_SKIP_JAVA_TESTS";
+    let (Some(javac), Some(java)) = (runtime("javac", skip), runtime("java", skip)) else {
+        return;
+    };
+    let dir = tmp();
+    let built = std::process::Command::new(javac)
+        .arg("-d")
+        .arg(dir.path())
+        .arg(JAVA_PROGRAM)
+        .output()
+        .expect("run javac");
+    assert!(built.status.success(), "javac: {}", stderr(&built));
+    let out = dir.path().join("java.frec");
+    let java = java.to_string_lossy().into_owned();
+    let classes = dir.path().to_string_lossy().into_owned();
+    let cmd = [
+        java.as_str(),
+        "-XX:+PreserveFramePointer",
+        "-XX:+UnlockDiagnosticVMOptions",
+        "-XX:+DumpPerfMapAtExit",
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=dontinline,KnownProfile::*",
+        "-cp",
+        classes.as_str(),
+        "KnownProfile",
+        "300",
+    ];
+    let Some(o) = record(&out, &[], &cmd) else {
+        return;
+    };
+    // Gone before folding: the names must come from the recording.
+    remove_jit_files(&out, Some(dir.path()));
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    no_setup_advice(&o);
+    let stacks = fold(&out, &[]);
+    // The JVM names a method with its return type: `int KnownProfile.fa(int)`.
+    let in_fn = |name: &'static str| {
+        move |s: &[String]| {
+            s.iter()
+                .any(|f| f.contains(&format!("KnownProfile.{name}(")))
+        }
+    };
+    let ours: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| in_fn("fa")(s) || in_fn("fb")(s) || in_fn("fc")(s))
+        .cloned()
+        .collect();
+    let n: u64 = ours.iter().map(|s| s.1).sum();
+    assert!(n > 500, "only {n} samples in fa, fb or fc");
+    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
+        let got = share(&ours, in_fn(name));
+        assert!(
+            (got - want).abs() <= MARGIN,
+            "{name} {got:.1}% of {n} samples, {want}% expected"
+        );
+    }
+    let anon_leaf = share(&ours, |s| s.last().is_some_and(|f| f.starts_with("[anon]")));
+    assert!(anon_leaf < 1.0, "{anon_leaf:.1}% of the leaves unnamed");
 }

@@ -256,6 +256,22 @@ pub fn python(minor: u32, skip_var: &str) -> Option<PathBuf> {
     }
 }
 
+/// Removes what JIT runtimes wrote for the processes of recording `out`:
+/// `/tmp/perf-PID.map`, and `jit-PID.dump` in `dumps` (their working
+/// directory). Folding after this shows the names the recording embeds.
+pub fn remove_jit_files(out: &Path, dumps: Option<&Path>) {
+    for (stack, _) in fold(out, &["--per-process"]) {
+        let root = stack.first().map_or("", String::as_str);
+        let Some(pid) = root.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        if let Some(dir) = dumps {
+            let _ = std::fs::remove_file(dir.join(format!("jit-{pid}.dump")));
+        }
+    }
+}
+
 /// Whether perf_event_open works here; panics naming the cause when it does
 /// not, unless FLAMEREC_SKIP_PERF_TESTS=1 (then `false`).
 pub fn perf_usable() -> bool {
