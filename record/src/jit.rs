@@ -262,18 +262,23 @@ impl JitNames {
         now: u64,
     ) -> (Vec<(FrameId, Vec<String>)>, Vec<String>) {
         let out = self.name_all(writer, now);
-        let mut by_comm: HashMap<&str, u64> = HashMap::new();
+        // By command name, and whether the process wrote any file at all.
+        let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
         for (&(pid, addr), &n) in &self.unnamed {
             if self.name_untimed(addr).is_none() {
                 let comm = self.comms.get(&pid).map_or("", String::as_str);
-                *by_comm.entry(comm).or_default() += n;
+                let wrote = self.procs.get(&pid).is_some_and(|s| {
+                    !s.map.entries().is_empty()
+                        || s.dumps.iter().any(|(d, _)| !d.loads().is_empty())
+                });
+                *by_comm.entry((comm, wrote)).or_default() += n;
             }
         }
         let samples = writer.samples().max(1);
         let mut advice: Vec<(u64, String)> = by_comm
             .into_iter()
             .filter(|&(_, n)| n * 100 >= samples)
-            .map(|(comm, n)| (n, setup_advice(comm, n * 100 / samples)))
+            .map(|((comm, wrote), n)| (n, setup_advice(comm, wrote, n * 100 / samples)))
             .collect();
         advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         self.warnings.extend(advice.into_iter().map(|(_, a)| a));
@@ -314,8 +319,17 @@ impl JitNames {
 
 /// What a runtime needs for its JIT code to be named, said when `pct`
 /// percent of the samples ran in anonymous memory of processes named
-/// `comm` that no file named.
-fn setup_advice(comm: &str, pct: u64) -> String {
+/// `comm` that no file named; `wrote` when they did write a map or dump,
+/// just not (yet) for that code.
+fn setup_advice(comm: &str, wrote: bool, pct: u64) -> String {
+    let who = if comm.is_empty() { "processes" } else { comm };
+    if wrote {
+        return format!(
+            "{pct}% of samples ran in JIT code of {who} that its perf map or jitdump did not name \
+             by the end: the runtime had not written those records yet (node keeps the last ones \
+             until it exits)"
+        );
+    }
     let what = if comm.starts_with("node") {
         "run node with --perf-basic-prof or --perf-prof"
     } else if comm.starts_with("java") {
@@ -325,7 +339,6 @@ fn setup_advice(comm: &str, pct: u64) -> String {
     } else {
         "its runtime must write /tmp/perf-PID.map or a jitdump"
     };
-    let who = if comm.is_empty() { "processes" } else { comm };
     format!("{pct}% of samples ran in JIT code of {who} that no perf map or jitdump named: {what}")
 }
 
@@ -500,6 +513,20 @@ mod tests {
             .filter(|w| w.contains("time-stamp counter"))
             .collect();
         assert_eq!(said.len(), 1, "{:?}", names.warnings);
+    }
+
+    #[test]
+    fn the_advice_names_the_flag_or_says_the_records_came_late() {
+        let none = setup_advice("node", false, 85);
+        assert!(
+            none.starts_with("85% of samples ran in JIT code of node"),
+            "{none}"
+        );
+        assert!(none.ends_with("--perf-basic-prof or --perf-prof"), "{none}");
+        assert!(setup_advice("python3.12", false, 3).ends_with("with -X perf"));
+        let late = setup_advice("node", true, 19);
+        assert!(late.contains("had not written those records yet"), "{late}");
+        assert!(!late.contains("--perf-prof"), "{late}");
     }
 
     #[test]
