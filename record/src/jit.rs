@@ -46,7 +46,9 @@ struct Sources {
 #[derive(Default)]
 pub(crate) struct JitNames {
     procs: HashMap<u32, Sources>,
-    /// Processes whose owner could not be read (gone): not tried again.
+    /// Processes not followed: their owner could not be read (gone), or
+    /// they had no map when first sampled. Samples do not ask again; a
+    /// mapping of JIT memory or of a dump does.
     unreadable: HashSet<u32>,
     /// Whether each module of the recording (by id) is plain anonymous
     /// memory, whose frames are looked up.
@@ -215,7 +217,7 @@ impl JitNames {
 
     fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<String> {
         let s = self.procs.get(&pid)?;
-        // The newest dump first: a process that exec'd keeps its pid.
+        // The newest dump first (a runtime may map more than one).
         let from_dump = s
             .dumps
             .iter()
