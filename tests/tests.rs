@@ -17,6 +17,7 @@ mod docs;
 mod export;
 mod fold_threads;
 mod inputs;
+mod jit;
 mod names;
 mod plt;
 mod python;

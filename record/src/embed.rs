@@ -165,7 +165,9 @@ pub(crate) struct Lookup {
 }
 
 impl Lookup {
-    /// Names found elsewhere (Python frames, named by the recorder itself).
+    /// Names the recorder found itself, not in binaries: Python frames,
+    /// named from the process's memory, and JIT code, named from the
+    /// runtimes' maps and dumps.
     pub(crate) fn add(&mut self, mut names: Vec<(u32, Vec<String>)>) {
         self.summary.frames += names.len() as u64;
         self.names.append(&mut names);

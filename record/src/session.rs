@@ -507,9 +507,13 @@ impl Session {
             mut warnings,
             loss_warning,
             python,
+            jit_names,
         } = st.finish(duration.as_nanos() as u64);
-        let (py_names, py_stats) = python.unwrap_or_default();
+        let (mut own_names, py_stats) = python.unwrap_or_default();
         warnings.extend(python_warning(&py_stats));
+        // Frames the recorder named itself (Python code, JIT code): no
+        // binary can name them later.
+        own_names.extend(jit_names);
         let samples = writer.samples();
         // The last frames are named while the trailer is written; the
         // names follow it.
@@ -518,19 +522,19 @@ impl Session {
         let mut out = writer.finish(totals).map_err(out_err)?;
         let names = match pending.map(Pending::wait) {
             Some(Some(mut l)) => {
-                l.add(py_names);
+                l.add(own_names);
                 Some(l.write(&mut out, &mut warnings).map_err(out_err)?)
             }
             Some(None) => {
                 warnings
                     .push("looking up names to embed failed; fold will read the binaries".into());
-                write_python_names(&mut out, &py_names).map_err(out_err)?;
+                write_own_names(&mut out, &own_names).map_err(out_err)?;
                 None
             }
             None => {
-                // Python frames cannot be named later: their names go in
+                // These frames cannot be named later: their names go in
                 // even when the binaries' are left to fold.
-                write_python_names(&mut out, &py_names).map_err(out_err)?;
+                write_own_names(&mut out, &own_names).map_err(out_err)?;
                 None
             }
         };
@@ -593,9 +597,9 @@ fn describe_running<W: io::Write>(st: &mut State<W>, target: &Target) {
     }
 }
 
-/// The names of Python frames alone, as a names section that leaves every
-/// other frame to `fold`.
-fn write_python_names<W: io::Write>(
+/// The names of frames the recorder named itself alone, as a names
+/// section that leaves every other frame to `fold`.
+fn write_own_names<W: io::Write>(
     out: &mut W,
     names: &[(u32, Vec<String>)],
 ) -> Result<(), flamerec_format::FormatError> {

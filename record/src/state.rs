@@ -30,6 +30,7 @@ use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
 
 use crate::deep::{LiveStacks, Pending, Settled, Unwound, UserStack};
 use crate::defer::{self, Deferred};
+use crate::jit::JitNames;
 use crate::kernel::{KernelFrames, TrimRules};
 use crate::loss::Losses;
 use crate::offcpu::Blocked;
@@ -95,6 +96,8 @@ pub(crate) struct Finished<W: io::Write> {
     /// Names of the Python frames, for the names section, and what
     /// happened to Python samples.
     pub python: Option<(FrameNames, PythonStats)>,
+    /// The names of the JIT frames, for the names section (ascending ids).
+    pub jit_names: Vec<(u32, Vec<String>)>,
 }
 
 /// Everything the loop keeps between rounds.
@@ -124,6 +127,8 @@ pub(crate) struct State<W: io::Write> {
     /// walks come in.
     python: Option<Python>,
     py_ring: Option<flamerec_bpf::RingBuffer>,
+    /// JIT code: followed perf maps and jitdumps, and the names they give.
+    jit: JitNames,
 }
 
 impl<W: io::Write> State<W> {
@@ -148,6 +153,7 @@ impl<W: io::Write> State<W> {
             deferred: c.defer.then(Deferred::default),
             python,
             py_ring,
+            jit: JitNames::default(),
         }
     }
 
@@ -203,6 +209,8 @@ impl<W: io::Write> State<W> {
             exec: true,
             time_ns: 0,
         });
+        let now = sys::monotonic_ns();
+        self.jit.mapping(pid, path, now, self.conv.unwinder_mut());
     }
 
     /// One drain round: the records of every ring, in time order (see
@@ -215,6 +223,9 @@ impl<W: io::Write> State<W> {
         taken: Vec<Vec<u8>>,
     ) -> bool {
         self.losses.begin_round();
+        // Before the round's records: the JIT code they ran was written
+        // to its map or dump before it ran.
+        self.jit.poll(sys::monotonic_ns(), self.conv.unwinder_mut());
         let layout = self.layout;
         let mut malformed = 0;
         // Walks the kernel wrote before the round's samples are read after
@@ -282,6 +293,8 @@ impl<W: io::Write> State<W> {
                 if let Some(p) = &mut self.python {
                     p.mapped(pid, filename, &self.conv);
                 }
+                self.jit
+                    .mapping(pid, filename, sys::monotonic_ns(), self.conv.unwinder_mut());
             }
             PerfRecord::Comm {
                 pid,
@@ -305,6 +318,7 @@ impl<W: io::Write> State<W> {
                     if let Some(p) = &mut self.python {
                         p.forget(pid);
                     }
+                    self.jit.exec(pid);
                 }
                 self.seen(pid, tid);
                 self.conv.comm(t, pid, tid, name, exec);
@@ -401,6 +415,8 @@ impl<W: io::Write> State<W> {
             return;
         }
         self.seen(s.pid, s.tid);
+        self.jit
+            .sampled(s.pid, sys::monotonic_ns(), self.conv.unwinder_mut());
         let mut raw = RawSample {
             pid: s.pid,
             tid: s.tid,
@@ -535,6 +551,8 @@ impl<W: io::Write> State<W> {
             self.held.push(raw);
             return;
         }
+        self.jit
+            .name_frames(self.conv.writer_mut(), raw.pid, raw.time, &mut raw.user);
         if let (Some(p), Some(walk)) = (&mut self.python, raw.python.take()) {
             p.splice(&mut self.conv, raw.pid, &walk, &mut raw.user);
         }
@@ -634,6 +652,9 @@ impl<W: io::Write> State<W> {
             self.losses.total(),
             samples,
         ));
+        let jit = std::mem::take(&mut self.jit);
+        let (jit_names, jit_warnings) = jit.finish(self.conv.writer(), sys::monotonic_ns());
+        warnings.extend(jit_warnings);
         if c.throttles > 0 {
             warnings.push(format!(
                 "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
@@ -646,6 +667,7 @@ impl<W: io::Write> State<W> {
             writer: self.conv.into_writer(),
             totals,
             warnings,
+            jit_names,
         }
     }
 }

@@ -283,48 +283,34 @@ fn symbolize_module(
     match m.kind {
         ModuleKind::File => files::file_frames(m, base, frames, ctx),
         ModuleKind::Kernel => kernel_frames(&ctx.ktable, base, frames, ctx.opts),
-        // Memory no file backs: names the recorder found for it (Python
-        // frames) come embedded; the rest from JIT maps, or unresolved.
-        ModuleKind::Anonymous => {
-            let (named, rest): (Vec<_>, Vec<_>) = frames
-                .iter()
-                .map(|&(id, addr)| (id, addr, embedded_names(ctx, id)))
-                .partition(|(_, _, names)| names.is_some());
-            let rest: Vec<(FrameId, u64)> = rest.into_iter().map(|(id, a, _)| (id, a)).collect();
-            let mut outcome = if ctx.jit.is_empty() {
-                unresolved_frames(base, &rest, None)
-            } else {
-                jit_frames(&ctx.jit, base, &rest)
-            };
-            let mut names = LocalNames::default();
-            names.functions = std::mem::take(&mut outcome.functions);
-            for (id, addr, chain) in named {
-                let chain = chain.unwrap_or_default();
-                let ids = if chain.is_empty() {
-                    vec![names.id(&sanitize(&unresolved(base, addr)), base)]
-                } else {
-                    chain.iter().map(|n| names.id(&sanitize(n), base)).collect()
-                };
-                outcome.frames.push((id, ids));
-            }
-            outcome.functions = names.functions;
-            outcome
+        ModuleKind::Anonymous if !ctx.jit.is_empty() || ctx.embedded.is_some() => {
+            anon_frames(ctx, base, frames)
         }
         // The vDSO image is not on disk.
         _ => unresolved_frames(base, frames, None),
     }
 }
 
-/// The names `ctx`'s recording embeds for frame `id`, if any.
-fn embedded_names<'t>(ctx: &Context<'t>, id: FrameId) -> Option<&'t [Arc<str>]> {
-    ctx.embedded.as_ref()?.get(id as usize).copied().flatten()
-}
-
-fn jit_frames(jit: &JitMaps, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
+/// Anonymous memory (JIT code): the names the recorder embedded (it read
+/// the runtimes' maps and dumps while they were written, by time), else
+/// the perf maps found now, else `module+0xADDR`.
+fn anon_frames(ctx: &Context<'_>, base: &str, frames: &[(FrameId, u64)]) -> ModuleOutcome {
+    let jit: &JitMaps = &ctx.jit;
+    let embedded = |id: FrameId| {
+        let e = ctx.embedded.as_ref()?;
+        e.get(id as usize)
+            .copied()
+            .flatten()
+            .filter(|n| !n.is_empty())
+    };
     let mut names = LocalNames::default();
     let out = frames
         .iter()
         .map(|&(frame, addr)| {
+            if let Some(chain) = embedded(frame) {
+                let ids = chain.iter().map(|n| names.id(&sanitize(n), base)).collect();
+                return (frame, ids);
+            }
             let name = match jit.lookup(addr) {
                 Some(n) => sanitize(n),
                 None => sanitize(&unresolved(base, addr)),

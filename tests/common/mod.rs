@@ -79,8 +79,17 @@ pub fn workload() -> Option<RwLockReadGuard<'static, ()>> {
 
 /// Records `cmd` into `out`; `None` when perf tests are skipped.
 pub fn record(out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    record_in(None, out, extra, cmd)
+}
+
+/// [`record`], with the command run in `cwd` (runtimes write files there).
+pub fn record_in(cwd: Option<&Path>, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    let mut c = flamerec();
+    if let Some(dir) = cwd {
+        c.current_dir(dir);
+    }
     let running = workload();
-    let o = flamerec()
+    let o = c
         .arg("record")
         .arg("-q")
         .arg("-o")
@@ -181,6 +190,86 @@ pub fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBu
     let args: Vec<&str> = flags.iter().copied().chain(["-o", name, &file]).collect();
     gcc(dir, &args);
     dir.join(name)
+}
+
+/// A runtime the tests need (`node`, `python3.13`): its path on PATH, or
+/// `None` when it is missing and `skip_var` is `1` (said on stderr); a
+/// missing runtime fails the test naming the cause otherwise.
+pub fn runtime(name: &str, skip_var: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    match found {
+        Some(p) => Some(p),
+        None if std::env::var(skip_var).as_deref() == Ok("1") => {
+            eprintln!("skipped ({skip_var}=1): {name} is not on PATH");
+            None
+        }
+        None => {
+            panic!("{name} is not on PATH, so this test cannot run it (set {skip_var}=1 to skip)")
+        }
+    }
+}
+
+/// CPython 3.`minor` (pyenv's build under `$PYENV_ROOT` or `~/.pyenv`,
+/// else `python3.minor` on PATH when it runs), or `None` when there is none
+/// and `skip_var` is `1`; a missing one fails the test naming the cause.
+pub fn python(minor: u32, skip_var: &str) -> Option<PathBuf> {
+    let name = format!("python3.{minor}");
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
+    let pyenv = root.and_then(|r| {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(r.join("versions"))
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path().join("bin").join(&name)))
+            .filter(|p| p.is_file())
+            .collect();
+        found.sort();
+        found.pop()
+    });
+    // A pyenv shim on PATH runs only where that version is selected.
+    let runs = |p: &PathBuf| {
+        Command::new(p)
+            .args(["-c", "pass"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let on_path = || {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(&name))
+                .find(|p| p.is_file() && runs(p))
+        })
+    };
+    match pyenv.filter(runs).or_else(on_path) {
+        Some(p) => Some(p),
+        None if std::env::var(skip_var).as_deref() == Ok("1") => {
+            eprintln!("skipped ({skip_var}=1): no {name} that runs");
+            None
+        }
+        None => panic!(
+            "no {name} here (pyenv or PATH), so this test cannot run it (set {skip_var}=1 to skip)"
+        ),
+    }
+}
+
+/// Removes what JIT runtimes wrote for the processes of recording `out`:
+/// `/tmp/perf-PID.map`, and `jit-PID.dump` in `dumps` (their working
+/// directory). Folding after this shows the names the recording embeds.
+pub fn remove_jit_files(out: &Path, dumps: Option<&Path>) {
+    for (stack, _) in fold(out, &["--per-process"]) {
+        let root = stack.first().map_or("", String::as_str);
+        let Some(pid) = root.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+        if let Some(dir) = dumps {
+            let _ = std::fs::remove_file(dir.join(format!("jit-{pid}.dump")));
+        }
+    }
 }
 
 /// Whether perf_event_open works here; panics naming the cause when it does

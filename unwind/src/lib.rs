@@ -9,6 +9,11 @@
 //! caller, the copied slice and, past its end, whatever a [`Beyond`] gives.
 //! Pure Rust, no unsafe.
 //!
+//! JIT code in anonymous memory is stepped as its caller says it should
+//! be (see [`jit`]): CPython's perf trampolines by their known
+//! instructions, code with its own `.eh_frame` (a jitdump's unwinding
+//! record) with those tables, anything else by frame pointers.
+//!
 //! A stack counts as whole when its unwind rules say it ends (`_start`,
 //! `clone3` and `start_thread` mark their return address undefined), or when
 //! unwinding stops in the entry point of an ELF file: the dynamic loader's
@@ -19,11 +24,13 @@ mod beyond;
 pub mod callchain;
 mod elf;
 mod fallback;
+pub mod jit;
 mod nobp;
 mod walk;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
+use std::ops::Range;
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -31,6 +38,7 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder as _};
 
 pub use beyond::{Beyond, FrameState, OuterFrames};
 pub use elf::{read_unwind_sections, Bytes, Source, UnwindSections};
+pub use jit::{JitTables, TrampolineShape};
 
 /// The user registers unwinding starts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +97,10 @@ struct Process {
     /// Module start → what it covers, to remove what a new mapping covers,
     /// to know entry points and for `fallback`.
     ranges: BTreeMap<u64, ModuleRange>,
+    /// JIT code start → what it is (kept apart from `ranges`: the
+    /// anonymous mapping holding JIT code is mapped again and again as its
+    /// protection changes, which must not drop the code in it).
+    jit: BTreeMap<u64, jit::JitRange>,
 }
 
 /// One mapped module of a process.
@@ -106,6 +118,43 @@ impl Process {
         Process {
             unwinder: Unwinder::new(),
             ranges: BTreeMap::new(),
+            jit: BTreeMap::new(),
+        }
+    }
+
+    /// Clears the JIT code overlapping `code` for new code there: false
+    /// (and nothing cleared) when `code` overlaps a mapped file instead.
+    fn take_jit_range(&mut self, code: Range<u64>) -> bool {
+        let over_file = self
+            .ranges
+            .range(..code.end)
+            .next_back()
+            .is_some_and(|(_, m)| m.end > code.start);
+        if over_file {
+            return false;
+        }
+        let covered: Vec<(u64, bool)> = self
+            .jit
+            .range(..code.end)
+            .rev()
+            .take_while(|(_, r)| r.end > code.start)
+            .map(|(&s, r)| (s, matches!(r.kind, jit::JitKind::Tables)))
+            .collect();
+        for (s, module) in covered {
+            self.jit.remove(&s);
+            if module {
+                self.unwinder.remove_module(s);
+            }
+        }
+        true
+    }
+
+    /// The trampoline holding `addr`: its start and shape.
+    fn trampoline_at(&self, addr: u64) -> Option<(u64, TrampolineShape)> {
+        let (&start, r) = self.jit.range(..=addr).next_back()?;
+        match r.kind {
+            jit::JitKind::Trampoline(shape) if addr < r.end => Some((start, shape)),
+            _ => None,
         }
     }
 
@@ -236,6 +285,60 @@ impl StackUnwinder {
             sections: Arc::clone(&sections),
         });
         proc.ranges.insert(start, ModuleRange { end, entry, cfi });
+    }
+
+    /// A CPython perf trampoline of `pid` at `start` (a perf map line or a
+    /// jitdump load named `py::…`). Replaces JIT code it overlaps.
+    pub fn add_trampoline(&mut self, pid: u32, start: u64, shape: TrampolineShape) {
+        let Some(end) = start.checked_add(shape.byte_len()) else {
+            return;
+        };
+        let proc = self.processes.entry(pid).or_insert_with(Process::new);
+        if proc.take_jit_range(start..end) {
+            proc.jit.insert(
+                start,
+                jit::JitRange {
+                    end,
+                    kind: jit::JitKind::Trampoline(shape),
+                },
+            );
+        }
+    }
+
+    /// JIT code of `pid` at `code` with its own unwind tables (a jitdump's
+    /// unwinding record). Replaces JIT code it overlaps.
+    pub fn add_jit_code(&mut self, pid: u32, code: Range<u64>, tables: JitTables) {
+        if code.is_empty() {
+            return;
+        }
+        let proc = self.processes.entry(pid).or_insert_with(Process::new);
+        if !proc.take_jit_range(code.clone()) {
+            return;
+        }
+        let info = ExplicitModuleSectionInfo {
+            // Relative addresses count from the code's start, which keeps
+            // them within the 32 bits framehop takes.
+            base_svma: code.start,
+            text_svma: Some(code.clone()),
+            eh_frame_svma: Some(tables.eh_frame.0.clone()),
+            eh_frame: Some(tables.eh_frame.1.clone()),
+            eh_frame_hdr_svma: tables.eh_frame_hdr.as_ref().map(|h| h.0.clone()),
+            eh_frame_hdr: tables.eh_frame_hdr.map(|h| h.1),
+            ..Default::default()
+        };
+        proc.unwinder.add_module(Module::new(
+            "[jit]".to_string(),
+            code.clone(),
+            code.start,
+            info,
+        ));
+        proc.jit.insert(
+            code.start,
+            jit::JitRange {
+                end: code.end,
+                kind: jit::JitKind::Tables,
+            },
+        );
     }
 
     /// `pid` called exec: its old mappings are gone.

@@ -114,13 +114,27 @@ pub(crate) fn walk(
         let before = uregs;
         let frame_sp = before.sp();
         let mut read = |addr: u64| mem.read(addr, frame_sp).ok_or(());
-        let step = proc
-            .unwinder
-            .unwind_frame(address, &mut uregs, cache, &mut read);
+        let step = match proc.trampoline_at(address.address_for_lookup()) {
+            Some((start, shape)) => {
+                let first = !address.is_return_address();
+                let offset = address.address() - start;
+                match shape.step(offset, first, before.sp(), before.bp(), &mut read) {
+                    Some((ra, cfa, bp)) => {
+                        uregs = UnwindRegsX86_64::new(ra, cfa, bp);
+                        Ok(Some(ra))
+                    }
+                    None => Err(()),
+                }
+            }
+            None => proc
+                .unwinder
+                .unwind_frame(address, &mut uregs, cache, &mut read)
+                .map_err(drop),
+        };
         let ra = match step {
             Ok(Some(ra)) => ra,
             Ok(None) => break Outcome::Complete,
-            Err(_) => {
+            Err(()) => {
                 let module_of = |a: u64| proc.cfi_module(a);
                 let stepped = regs.bx.and_then(|bx| {
                     let mut read = |a: u64| mem.read(a, frame_sp);

@@ -1,0 +1,542 @@
+//! JIT code while recording: each process's perf map and jitdumps followed
+//! (see `flamerec_jit`), their code made known to the unwinder, and the
+//! user frames of samples in anonymous memory named by the code in force
+//! there at the sample's time.
+//!
+//! A process is followed once it maps anonymous executable memory (where
+//! JIT code lives), maps a `jit-*.dump` (the runtimes mmap their dump so
+//! perf sees it: that mapping is how its path is found), or is first
+//! sampled with a map already in `/tmp`. The files are read at the start
+//! of each drain round: a runtime writes a function's load or map line
+//! before it runs the code, so every sample of that round that ran it
+//! finds it.
+//!
+//! A named frame moves to a module of its own per JIT name (kind
+//! anonymous, path `[jit]`, the name's number as build id), at the same
+//! absolute address: code re-JITted at one address under another name is
+//! then another frame, and the name travels in the names section like
+//! every other (see [`JitNames::finish`]). Frames no timed line or load
+//! named stay in `[anon]` and are named at the end when the files, read
+//! whole by then, leave no doubt (see `name_untimed`).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::Path;
+
+use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, Writer};
+use flamerec_jit::{Clock, JitDump, PerfMap, Rules};
+use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
+
+/// The largest perf map read.
+const MAX_MAP: u64 = 256 << 20;
+/// The largest jitdump read (node writes the code bytes too).
+const MAX_DUMP: u64 = 1 << 30;
+/// CPython names its trampolines so, in maps and dumps.
+const PY_PREFIX: &str = "py::";
+
+/// One process's JIT files, and how much of each the unwinder knows.
+struct Sources {
+    map: PerfMap,
+    map_done: usize,
+    dumps: Vec<(JitDump, usize)>,
+    rules: Rules,
+}
+
+/// Every followed process's JIT code and the modules its names became.
+#[derive(Default)]
+pub(crate) struct JitNames {
+    procs: HashMap<u32, Sources>,
+    /// Processes not followed: their owner could not be read (gone), or
+    /// they had no map when first sampled. Samples do not ask again; a
+    /// mapping of JIT memory or of a dump does.
+    unreadable: HashSet<u32>,
+    /// Whether each module of the recording (by id) is plain anonymous
+    /// memory, whose frames are looked up.
+    anon: Vec<bool>,
+    /// JIT name → its module, and back.
+    modules: HashMap<String, ModuleId>,
+    names: HashMap<ModuleId, String>,
+    /// Samples whose user leaf no file named when sampled, by (process,
+    /// address), with each process's command name: said at the end when
+    /// still unnamed (see [`setup_advice`]).
+    unnamed: HashMap<(u32, u64), u64>,
+    comms: HashMap<u32, String>,
+    /// Processes whose dump was said to be on another clock.
+    clock_said: HashSet<u32>,
+    warnings: Vec<String>,
+}
+
+/// The most (process, address) pairs kept for the setup advice.
+const MAX_UNNAMED: usize = 1 << 16;
+
+impl JitNames {
+    /// An executable mapping of `pid` (a record or a line of /proc/PID/maps).
+    pub(crate) fn mapping(
+        &mut self,
+        pid: u32,
+        path: &str,
+        now: u64,
+        u: Option<&mut StackUnwinder>,
+    ) {
+        if is_jitdump(path) {
+            let Some(s) = self.follow(pid) else { return };
+            if !s.dumps.iter().any(|(d, _)| d.path() == Path::new(path)) {
+                let rules = Rules {
+                    max_len: MAX_DUMP,
+                    ..s.rules
+                };
+                s.dumps.push((JitDump::new(path, rules), 0));
+            }
+        } else if Module::mapped(path, &[]).kind == ModuleKind::Anonymous {
+            self.follow(pid);
+        } else {
+            return;
+        }
+        self.poll_pid(pid, now, u);
+    }
+
+    /// A sample of `pid`: a process not followed yet is when its perf map
+    /// exists (attached to a runtime that wrote one before).
+    pub(crate) fn sampled(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
+        if self.procs.contains_key(&pid) || self.unreadable.contains(&pid) {
+            return;
+        }
+        if std::fs::symlink_metadata(format!("/tmp/perf-{pid}.map")).is_ok() {
+            self.follow(pid);
+            self.poll_pid(pid, now, u);
+        } else {
+            // Asked once per process: a map written later comes with
+            // anonymous executable memory, whose mapping starts following.
+            self.unreadable.insert(pid);
+        }
+    }
+
+    /// `pid` called exec: its files were the old image's.
+    pub(crate) fn exec(&mut self, pid: u32) {
+        self.procs.remove(&pid);
+        self.unreadable.remove(&pid);
+    }
+
+    fn follow(&mut self, pid: u32) -> Option<&mut Sources> {
+        if !self.procs.contains_key(&pid) {
+            let uid = match flamerec_jit::process_uid(pid) {
+                Ok(uid) => uid,
+                Err(_) => {
+                    self.unreadable.insert(pid);
+                    return None;
+                }
+            };
+            self.unreadable.remove(&pid);
+            let rules = Rules {
+                uid,
+                max_len: MAX_MAP,
+                // A map left by an earlier process with this pid is not its.
+                not_before: flamerec_jit::process_start(pid).ok(),
+            };
+            self.procs.insert(
+                pid,
+                Sources {
+                    map: PerfMap::for_pid(pid, rules),
+                    map_done: 0,
+                    dumps: Vec::new(),
+                    rules,
+                },
+            );
+        }
+        self.procs.get_mut(&pid)
+    }
+
+    /// Reads what every followed process appended (at the start of a
+    /// drain round; `now` on the samples' clock).
+    pub(crate) fn poll(&mut self, now: u64, mut u: Option<&mut StackUnwinder>) {
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            self.poll_pid(pid, now, u.as_deref_mut());
+        }
+    }
+
+    fn poll_pid(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
+        let Some(s) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if let Err(e) = s.map.poll(now) {
+            self.warnings.push(format!("JIT names: {e}"));
+        }
+        for (d, _) in &mut s.dumps {
+            if let Err(e) = d.poll(now) {
+                self.warnings.push(format!("JIT names: {e}"));
+            }
+            if d.clock() == Some(Clock::ArchTimestamp) && self.clock_said.insert(pid) {
+                self.warnings.push(format!(
+                    "JIT names: {}: times are the CPU's time-stamp counter \
+                     (JITDUMP_FLAGS_ARCH_TIMESTAMP), not the samples' clock: its code is \
+                     named from when flamerec read it",
+                    d.path().display()
+                ));
+            }
+        }
+        if let Some(u) = u {
+            register(pid, s, u);
+        }
+    }
+
+    /// Names the user frames of a sample of `pid` at `time` that lie in
+    /// anonymous memory, moving each named one to its name's module.
+    pub(crate) fn name_frames<W: io::Write>(
+        &mut self,
+        writer: &mut Writer<W>,
+        pid: u32,
+        time: u64,
+        frames: &mut [Frame],
+    ) {
+        self.learn_modules(writer);
+        for (i, f) in frames.iter_mut().enumerate() {
+            if !self.anon.get(f.module as usize).copied().unwrap_or(false) {
+                continue;
+            }
+            match self.lookup(pid, f.address, time) {
+                Some(name) => f.module = self.module_of(writer, name),
+                // The leaf: where the sample was, for the setup advice.
+                None if i == 0 => self.unnamed_leaf(pid, f.address),
+                None => {}
+            }
+        }
+    }
+
+    fn unnamed_leaf(&mut self, pid: u32, addr: u64) {
+        if self.unnamed.len() >= MAX_UNNAMED && !self.unnamed.contains_key(&(pid, addr)) {
+            return;
+        }
+        *self.unnamed.entry((pid, addr)).or_default() += 1;
+        self.comms.entry(pid).or_insert_with(|| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| c.trim_end().to_string())
+                .unwrap_or_default()
+        });
+    }
+
+    fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<String> {
+        let s = self.procs.get(&pid)?;
+        // The newest dump first (a runtime may map more than one).
+        let from_dump = s
+            .dumps
+            .iter()
+            .rev()
+            .find_map(|(d, _)| d.lookup(addr, time))
+            .map(|l| l.name.clone());
+        from_dump.or_else(|| s.map.lookup(addr, time).map(|e| e.name.clone()))
+    }
+
+    fn learn_modules<W: io::Write>(&mut self, writer: &Writer<W>) {
+        let from = self.anon.len();
+        for (i, m) in writer.modules_from(from).iter().enumerate() {
+            let id = (from + i) as ModuleId;
+            let plain = m.kind == ModuleKind::Anonymous && !self.names.contains_key(&id);
+            self.anon.push(plain);
+        }
+    }
+
+    fn module_of<W: io::Write>(&mut self, writer: &mut Writer<W>, name: String) -> ModuleId {
+        if let Some(&m) = self.modules.get(&name) {
+            return m;
+        }
+        let number = self.modules.len() as u32;
+        let id = writer.module(&Module {
+            kind: ModuleKind::Anonymous,
+            path: "[jit]".into(),
+            build_id: number.to_le_bytes().to_vec(),
+        });
+        self.names.insert(id, name.clone());
+        self.modules.insert(name, id);
+        // Its frames are named already.
+        if let Some(slot) = self.anon.get_mut(id as usize) {
+            *slot = false;
+        }
+        id
+    }
+
+    /// After the last drain, the processes ended: the last reads (a map
+    /// written at exit), then the names of every JIT frame, for the names
+    /// section (ascending frame ids), and the warnings.
+    pub(crate) fn finish<W: io::Write>(
+        mut self,
+        writer: &Writer<W>,
+        now: u64,
+    ) -> (Vec<(FrameId, Vec<String>)>, Vec<String>) {
+        let out = self.name_all(writer, now);
+        // By command name, and whether the process wrote any file at all.
+        let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
+        for (&(pid, addr), &n) in &self.unnamed {
+            if self.name_untimed(addr).is_none() {
+                let comm = self.comms.get(&pid).map_or("", String::as_str);
+                let wrote = self.procs.get(&pid).is_some_and(|s| {
+                    !s.map.entries().is_empty()
+                        || s.dumps.iter().any(|(d, _)| !d.loads().is_empty())
+                });
+                *by_comm.entry((comm, wrote)).or_default() += n;
+            }
+        }
+        let samples = writer.samples().max(1);
+        let mut advice: Vec<(u64, String)> = by_comm
+            .into_iter()
+            .filter(|&(_, n)| n * 100 >= samples)
+            .map(|((comm, wrote), n)| (n, setup_advice(comm, wrote, n * 100 / samples)))
+            .collect();
+        advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        self.warnings.extend(advice.into_iter().map(|(_, a)| a));
+        (out, self.warnings)
+    }
+
+    /// The last reads, then the names of every JIT frame.
+    fn name_all<W: io::Write>(
+        &mut self,
+        writer: &Writer<W>,
+        now: u64,
+    ) -> Vec<(FrameId, Vec<String>)> {
+        for s in self.procs.values_mut() {
+            if let Err(e) = s.map.finish(now) {
+                self.warnings.push(format!("JIT names: {e}"));
+            }
+            for (d, _) in &mut s.dumps {
+                if let Err(e) = d.poll(now) {
+                    self.warnings.push(format!("JIT names: {e}"));
+                }
+            }
+        }
+        self.learn_modules(writer);
+        let mut out = Vec::new();
+        for (id, f) in writer.frames_from(0).iter().enumerate() {
+            let id = id as FrameId;
+            if let Some(name) = self.names.get(&f.module) {
+                out.push((id, vec![name.clone()]));
+            } else if self.anon.get(f.module as usize).copied().unwrap_or(false) {
+                if let Some(name) = self.name_untimed(f.address) {
+                    out.push((id, vec![name.to_string()]));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a runtime needs for its JIT code to be named, said when `pct`
+/// percent of the samples ran in anonymous memory of processes named
+/// `comm` that no file named; `wrote` when they did write a map or dump,
+/// just not (yet) for that code.
+fn setup_advice(comm: &str, wrote: bool, pct: u64) -> String {
+    let who = if comm.is_empty() { "processes" } else { comm };
+    if wrote {
+        return format!(
+            "{pct}% of samples ran in JIT code of {who} that its perf map or jitdump did not name \
+             by the end: the runtime had not written those records yet (node keeps the last ones \
+             until it exits)"
+        );
+    }
+    let what = if comm.starts_with("node") {
+        "run node with --perf-basic-prof or --perf-prof"
+    } else if comm.starts_with("java") {
+        "run java with -XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or `jcmd PID Compiler.perfmap` before it ends"
+    } else if comm.starts_with("python") {
+        "run CPython 3.12+ with -X perf"
+    } else {
+        "its runtime must write /tmp/perf-PID.map or a jitdump"
+    };
+    format!("{pct}% of samples ran in JIT code of {who} that no perf map or jitdump named: {what}")
+}
+
+impl JitNames {
+    /// The name of a frame left in `[anon]` (its code was not in its
+    /// runtime's file yet when sampled: node writes the last records of
+    /// both files at exit), which carries neither process nor time: the
+    /// one name every load and line that ever covered the address gives,
+    /// in every followed process; else the one every line first read at
+    /// the end gives (what no earlier line covered, as for timed frames).
+    /// Addresses that held code of several names stay unnamed.
+    fn name_untimed(&self, addr: u64) -> Option<&str> {
+        let ever = self.procs.values().flat_map(|s| {
+            let dumps = s
+                .dumps
+                .iter()
+                .flat_map(move |(d, _)| d.loads_covering(addr));
+            let lines = s.map.entries_covering(addr);
+            dumps
+                .map(|l| l.name.as_str())
+                .chain(lines.map(|e| e.name.as_str()))
+        });
+        if let Some(name) = one(ever) {
+            return Some(name);
+        }
+        let at_end = self
+            .procs
+            .values()
+            .flat_map(|s| s.map.at_end_covering(addr));
+        one(at_end.map(|e| e.name.as_str()))
+    }
+}
+
+/// The one distinct item, if there is exactly one.
+fn one<'a>(mut names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let first = names.next()?;
+    names.all(|n| n == first).then_some(first)
+}
+
+/// Tells the unwinder about the code `s` learned since the last time:
+/// loads with their own tables, and CPython's trampolines by their length.
+fn register(pid: u32, s: &mut Sources, u: &mut StackUnwinder) {
+    for (d, done) in &mut s.dumps {
+        for l in d.loads().get(*done..).unwrap_or_default() {
+            if let Some(t) = &l.unwind {
+                let span = |at: u64, b: &std::sync::Arc<Vec<u8>>| {
+                    (at..at.saturating_add(b.len() as u64), Bytes(b.clone()))
+                };
+                let tables = JitTables {
+                    eh_frame: span(t.eh_frame_addr, &t.eh_frame),
+                    eh_frame_hdr: t
+                        .eh_frame_hdr
+                        .as_ref()
+                        .map(|h| span(t.eh_frame_hdr_addr, h)),
+                };
+                u.add_jit_code(pid, l.start..l.end, tables);
+            } else if l.name.starts_with(PY_PREFIX) {
+                if let Some(shape) = TrampolineShape::from_len(l.end - l.start) {
+                    u.add_trampoline(pid, l.start, shape);
+                }
+            }
+        }
+        *done = d.loads().len();
+    }
+    let entries = s.map.entries();
+    for e in entries.get(s.map_done..).unwrap_or_default() {
+        if e.name.starts_with(PY_PREFIX) {
+            if let Some(shape) = TrampolineShape::from_len(e.end - e.start) {
+                u.add_trampoline(pid, e.start, shape);
+            }
+        }
+    }
+    s.map_done = entries.len();
+}
+
+/// A runtime's jitdump: `jit-<pid>.dump` (the name perf looks for).
+fn is_jitdump(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.strip_prefix("jit-")
+        .and_then(|r| r.strip_suffix(".dump"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A followed process whose map holds `lines`, read as it ended.
+    fn with_map(names: &mut JitNames, dir: &Path, pid: u32, lines: &str) {
+        let path = dir.join(format!("perf-{pid}.map"));
+        std::fs::write(&path, lines).expect("write");
+        let rules = Rules {
+            uid: flamerec_jit::process_uid(std::process::id()).expect("uid"),
+            max_len: MAX_MAP,
+            not_before: None,
+        };
+        let mut map = PerfMap::new(path, rules);
+        map.finish(10).expect("read");
+        names.procs.insert(
+            pid,
+            Sources {
+                map,
+                map_done: 0,
+                dumps: Vec::new(),
+                rules,
+            },
+        );
+    }
+
+    #[test]
+    fn a_frame_without_time_or_process_is_named_only_when_every_line_agrees() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut names = JitNames::default();
+        with_map(
+            &mut names,
+            dir.path(),
+            1,
+            "1000 100 f\n2000 100 a\n2000 100 b\n",
+        );
+        with_map(&mut names, dir.path(), 2, "1000 100 f\n3000 100 c\n");
+        assert_eq!(names.name_untimed(0x1010), Some("f"));
+        assert_eq!(names.name_untimed(0x3000), Some("c"));
+        // Two names ever held 0x2000: neither is certain.
+        assert_eq!(names.name_untimed(0x2010), None);
+        assert_eq!(names.name_untimed(0x4000), None);
+        // A line of the map read at the end names what no line during the
+        // recording covered.
+        names
+            .procs
+            .get_mut(&2)
+            .expect("2")
+            .map
+            .poll(5)
+            .expect("poll");
+        with_map(&mut names, dir.path(), 3, "1000 100 g\n");
+        assert_eq!(names.name_untimed(0x1010), None);
+        // A line seen during the recording and another at the end: the
+        // one read at the end names what the timed one did not.
+        let s = names.procs.get_mut(&3).expect("3");
+        let path = s.map.path().to_path_buf();
+        let mut map = PerfMap::new(&path, s.rules);
+        std::fs::write(&path, "5000 10 x\n").expect("write");
+        map.poll(1).expect("poll");
+        std::fs::write(&path, "5000 10 x\n5000 10 y\n").expect("write");
+        map.finish(2).expect("finish");
+        s.map = map;
+        assert_eq!(names.name_untimed(0x5004), Some("y"));
+    }
+
+    #[test]
+    fn a_dump_on_the_cpus_clock_is_said_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut names = JitNames::default();
+        with_map(&mut names, dir.path(), 7, "");
+        // A jitdump header (little-endian, version 1, x86-64) flagging
+        // JITDUMP_FLAGS_ARCH_TIMESTAMP, and no records yet.
+        let mut head = b"DTiJ".to_vec();
+        for v in [1u32, 40, 62, 0, 7] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        head.extend_from_slice(&0u64.to_le_bytes());
+        head.extend_from_slice(&1u64.to_le_bytes());
+        let path = dir.path().join("jit-7.dump");
+        std::fs::write(&path, head).expect("write");
+        let s = names.procs.get_mut(&7).expect("7");
+        s.dumps.push((JitDump::new(&path, s.rules), 0));
+        names.poll(1, None);
+        names.poll(2, None);
+        let said: Vec<&String> = names
+            .warnings
+            .iter()
+            .filter(|w| w.contains("time-stamp counter"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:?}", names.warnings);
+    }
+
+    #[test]
+    fn the_advice_names_the_flag_or_says_the_records_came_late() {
+        let none = setup_advice("node", false, 85);
+        assert!(
+            none.starts_with("85% of samples ran in JIT code of node"),
+            "{none}"
+        );
+        assert!(none.ends_with("--perf-basic-prof or --perf-prof"), "{none}");
+        assert!(setup_advice("python3.12", false, 3).ends_with("with -X perf"));
+        let late = setup_advice("node", true, 19);
+        assert!(late.contains("had not written those records yet"), "{late}");
+        assert!(!late.contains("--perf-prof"), "{late}");
+    }
+
+    #[test]
+    fn jitdumps_are_known_by_their_name() {
+        assert!(is_jitdump("/tmp/jit-123.dump"));
+        assert!(is_jitdump("jit-1.dump"));
+        assert!(!is_jitdump("/tmp/jit-.dump"));
+        assert!(!is_jitdump("/tmp/jit-12x.dump"));
+        assert!(!is_jitdump("/usr/lib/libjit-1.so"));
+    }
+}
