@@ -42,6 +42,7 @@ use flamerec_format::Reader;
 use flamerec_symbolize as symbolize;
 
 pub use error::FoldError;
+pub use flamerec_symbolize::NameOptions;
 use input::{Input, InputKind};
 pub use lines::Stacks;
 pub use merge::merge_profiles;
@@ -62,23 +63,14 @@ pub struct FoldOptions {
     pub tids: Vec<u32>,
     /// Keep only samples whose thread or process has one of these names (empty: all).
     pub comms: Vec<String>,
-    /// Append `_[k]` to kernel frames, as `stackcollapse-perf --kernel` does.
-    pub kernel_suffix: bool,
-    /// Expand inlined functions into frames of their own (default), from
-    /// the DWARF of the binary or of its separate debug file. Without, each
-    /// frame names the function that holds its code.
-    pub inline: bool,
+    /// How frames are named: `_[k]` on kernel frames (`stackcollapse-perf
+    /// --kernel`), inlined functions expanded (default), the symbol cache
+    /// (none here; the CLI uses [`default_cache_dir`]), roots of separate
+    /// debug files, and where `perf-PID.map` files are read (default
+    /// `/tmp`). The processes whose maps are read are the recording's.
+    pub names: NameOptions,
     /// Symbolization threads; `None` uses every core.
     pub jobs: Option<usize>,
-    /// Directory of the per-binary symbol cache (keyed by build id); `None`
-    /// for no cache (the default here; the CLI uses [`default_cache_dir`]).
-    pub cache_dir: Option<PathBuf>,
-    /// Roots searched for separate debug files (by build id and by
-    /// `.gnu_debuglink`); default `/usr/lib/debug`.
-    pub debug_dirs: Vec<PathBuf>,
-    /// Where JIT symbol maps `perf-PID.map` are read from; default `/tmp`,
-    /// `None` to ignore them.
-    pub perf_map_dir: Option<PathBuf>,
     /// Kernel symbols for perf.data input (which carries none): that
     /// kernel's kallsyms or System.map. `None` (the default) reads this
     /// machine's `/proc/kallsyms` for a recording of the kernel running
@@ -101,12 +93,11 @@ impl Default for FoldOptions {
             pids: Vec::new(),
             tids: Vec::new(),
             comms: Vec::new(),
-            kernel_suffix: false,
-            inline: true,
+            names: NameOptions {
+                perf_map_dir: Some(PathBuf::from("/tmp")),
+                ..NameOptions::default()
+            },
             jobs: None,
-            cache_dir: None,
-            debug_dirs: vec![PathBuf::from(symbolize::DEFAULT_DEBUG_DIR)],
-            perf_map_dir: Some(PathBuf::from("/tmp")),
             kallsyms: None,
             resymbolize: false,
             keep_samples: false,
@@ -191,7 +182,7 @@ fn fold_text(input: Input, opts: &FoldOptions) -> Result<Profile, FoldError> {
     if !opts.tids.is_empty() {
         return Err(unsupported("--tid"));
     }
-    if !opts.inline {
+    if !opts.names.inline {
         return Err(unsupported("--no-inline"));
     }
     let mut stacks = input.into_folded()?;
@@ -243,12 +234,8 @@ fn fold_reader<R: Read>(
     let mut pids: Vec<u32> = agg.processes.keys().copied().collect();
     pids.sort_unstable();
     let names = symbolize::NameOptions {
-        kernel_suffix: opts.kernel_suffix,
-        inline: opts.inline,
-        cache_dir: opts.cache_dir.clone(),
-        debug_dirs: opts.debug_dirs.clone(),
-        perf_map_dir: opts.perf_map_dir.clone(),
         pids,
+        ..opts.names.clone()
     };
     let tables = reader.tables();
     let prefetch = prefetch.unwrap_or_default();
@@ -333,10 +320,14 @@ fn start_prefetch(
     tables: &flamerec_format::Tables,
     opts: &FoldOptions,
 ) -> symbolize::Prefetch {
-    if !opts.inline || pool.current_num_threads() < 2 {
+    if !opts.names.inline || pool.current_num_threads() < 2 {
         return symbolize::Prefetch::default();
     }
-    let cache = opts.cache_dir.clone().map(symbolize::SymbolCache::new);
+    let cache = opts
+        .names
+        .cache_dir
+        .clone()
+        .map(symbolize::SymbolCache::new);
     let mut sampled = vec![false; tables.modules.len()];
     for f in &tables.frames {
         if let Some(s) = sampled.get_mut(f.module as usize) {
@@ -353,5 +344,5 @@ fn start_prefetch(
         .filter(|m| !cache.as_ref().is_some_and(|c| c.has(&m.build_id)))
         .map(|m| m.build_id.clone())
         .collect();
-    symbolize::Prefetch::start(pool, build_ids, opts.debug_dirs.clone())
+    symbolize::Prefetch::start(pool, build_ids, opts.names.debug_dirs.clone())
 }

@@ -68,9 +68,10 @@ fn kernel_frames_resolve_from_embedded_symbols() {
     let ext4 = p.functions.iter().find(|f| f.name == "helper_b");
     assert_eq!(ext4.map(|f| f.module.as_str()), Some("[ext4]"));
 
-    let opts = FoldOptions {
-        kernel_suffix: true,
-        ..Default::default()
+    let opts = {
+        let mut o = FoldOptions::default();
+        o.names.kernel_suffix = true;
+        o
     };
     let p = fold_bytes(&bytes, &opts);
     assert_eq!(
@@ -547,17 +548,19 @@ fn anonymous_frames_are_named_from_the_processes_perf_maps() {
     w.comm(0, 4242, 4242, "node", true);
     w.sample(sample(4242, 4242, s, 1));
     let bytes = finish(w);
-    let with_maps = FoldOptions {
-        perf_map_dir: Some(dir.path().to_path_buf()),
-        ..Default::default()
+    let with_maps = {
+        let mut o = FoldOptions::default();
+        o.names.perf_map_dir = Some(dir.path().to_path_buf());
+        o
     };
     assert_eq!(
         folded(&fold_bytes(&bytes, &with_maps)),
         "node;LazyCompile:~hot app.js:3;stub:with:semis;[anon]+0x7f0000003000 1\n"
     );
-    let without = FoldOptions {
-        perf_map_dir: None,
-        ..Default::default()
+    let without = {
+        let mut o = FoldOptions::default();
+        o.names.perf_map_dir = None;
+        o
     };
     assert!(folded(&fold_bytes(&bytes, &without)).starts_with("node;[anon]+0x7f0000001010;"));
 }

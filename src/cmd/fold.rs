@@ -140,18 +140,19 @@ impl Args {
 
 /// The library's options for these arguments.
 fn options(a: &Args) -> FoldOptions {
-    FoldOptions {
+    let mut opts = FoldOptions {
         per_process: a.per_process,
         per_thread: a.per_thread,
         pids: a.pid.clone(),
         tids: a.tid.clone(),
         comms: a.comm.clone(),
-        kernel_suffix: a.kernel_suffix,
-        inline: !a.no_inline,
         resymbolize: a.resymbolize,
         keep_samples: a.exports(),
         ..a.naming.options()
-    }
+    };
+    opts.names.kernel_suffix = a.kernel_suffix;
+    opts.names.inline = !a.no_inline;
+    opts
 }
 
 /// A progress line on stderr for folds that run longer than a second
@@ -212,10 +213,8 @@ fn fold(input: Input, opts: &FoldOptions) -> anyhow::Result<Profile> {
 
 /// Folds `input` and writes an SVG flamegraph to `svg` (for `record --svg`).
 pub fn write_svg_of(input: &Path, svg: &Path, title: Option<&str>) -> anyhow::Result<()> {
-    let opts = FoldOptions {
-        cache_dir: flamerec_fold::default_cache_dir(),
-        ..FoldOptions::default()
-    };
+    let mut opts = FoldOptions::default();
+    opts.names.cache_dir = flamerec_fold::default_cache_dir();
     let profile = fold(input::open(input)?, &opts)?;
     write_to(svg, |w| flamerec_fold::write_svg(&profile, title, w))
 }
@@ -239,18 +238,18 @@ mod tests {
     #[test]
     fn cache_flags_choose_the_directory() {
         let o = parse(&["--cache-dir", "/x/c", "in.frec"]).expect("parse");
-        assert_eq!(o.cache_dir, Some(PathBuf::from("/x/c")));
+        assert_eq!(o.names.cache_dir, Some(PathBuf::from("/x/c")));
         let o = parse(&["--no-cache", "in.frec"]).expect("parse");
-        assert_eq!(o.cache_dir, None);
+        assert_eq!(o.names.cache_dir, None);
         let o = parse(&["in.frec"]).expect("parse");
-        assert_eq!(o.cache_dir, flamerec_fold::default_cache_dir());
+        assert_eq!(o.names.cache_dir, flamerec_fold::default_cache_dir());
         assert!(parse(&["--no-cache", "--cache-dir", "/x", "in.frec"]).is_err());
     }
 
     #[test]
     fn no_inline_and_jobs_reach_the_options() {
         let o = parse(&["--no-inline", "-j", "2", "in.frec"]).expect("parse");
-        assert!(!o.inline);
+        assert!(!o.names.inline);
         assert_eq!(o.jobs, Some(2));
         assert!(parse(&["-j", "0", "in.frec"]).is_err());
     }

@@ -114,17 +114,18 @@ pub struct NamingArgs {
 impl NamingArgs {
     /// The library's options for these flags, the rest default.
     pub fn options(&self) -> FoldOptions {
-        FoldOptions {
+        let mut opts = FoldOptions {
             jobs: self.jobs.map(usize::from),
-            cache_dir: match (&self.cache_dir, self.no_cache) {
-                (_, true) => None,
-                (Some(dir), false) => Some(dir.clone()),
-                // Without $HOME, no cache rather than one in a surprising place.
-                (None, false) => flamerec_fold::default_cache_dir(),
-            },
             kallsyms: self.kallsyms.clone(),
             ..FoldOptions::default()
-        }
+        };
+        opts.names.cache_dir = match (&self.cache_dir, self.no_cache) {
+            (_, true) => None,
+            (Some(dir), false) => Some(dir.clone()),
+            // Without $HOME, no cache rather than one in a surprising place.
+            (None, false) => flamerec_fold::default_cache_dir(),
+        };
+        opts
     }
 }
 

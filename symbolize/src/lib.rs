@@ -84,7 +84,7 @@ pub struct Function {
 
 /// How to find and name things: the one set of naming options every tool
 /// shares (`fold`, the recorder's embedding, `stacks`, the stall library).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NameOptions {
     /// Append `_[k]` to kernel frames.
     pub kernel_suffix: bool,

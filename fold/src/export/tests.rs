@@ -213,14 +213,12 @@ fn pprof_has_values_labels_inlined_lines_and_file_offsets() {
 
 #[test]
 fn no_inline_and_filters_reach_the_exports() {
-    let p = fold(
-        &recording(false),
-        FoldOptions {
-            inline: false,
-            pids: vec![10],
-            ..Default::default()
-        },
-    );
+    let mut opts = FoldOptions {
+        pids: vec![10],
+        ..Default::default()
+    };
+    opts.names.inline = false;
+    let p = fold(&recording(false), opts);
     let pb = pprof_of(&p);
     assert!(pb.location.iter().all(|l| l.line.len() == 1));
     assert!(!pb.mapping[0].has_inline_frames);

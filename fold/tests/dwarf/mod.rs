@@ -143,11 +143,10 @@ const INLINED: &str = "inl;outer_fn;inner_work 1\n";
 const OUTER: &str = "inl;outer_fn 1\n";
 
 fn opts(debug_dirs: Vec<PathBuf>, cache_dir: Option<PathBuf>) -> FoldOptions {
-    FoldOptions {
-        debug_dirs,
-        cache_dir,
-        ..Default::default()
-    }
+    let mut o = FoldOptions::default();
+    o.names.debug_dirs = debug_dirs;
+    o.names.cache_dir = cache_dir;
+    o
 }
 
 #[test]
@@ -164,9 +163,10 @@ fn inlined_frames_are_expanded_by_default_and_not_with_no_inline() {
         .map(|f| (f.name.as_str(), f.self_weight, f.total_weight))
         .collect();
     assert_eq!(names, vec![("inner_work", 1, 1), ("outer_fn", 0, 1)]);
-    let no_inline = FoldOptions {
-        inline: false,
-        ..Default::default()
+    let no_inline = {
+        let mut o = FoldOptions::default();
+        o.names.inline = false;
+        o
     };
     assert_eq!(folded(&fold_bytes(&bytes, &no_inline)), OUTER);
 }
@@ -285,9 +285,12 @@ fn no_inline_folds_and_inline_folds_share_one_cache() {
     let p = compile(dir.path(), "inl", "");
     let bytes = recording(&p);
     let cache = Some(dir.path().join("cache"));
-    let outer = FoldOptions {
-        inline: false,
-        ..opts(Vec::new(), cache.clone())
+    let outer = {
+        let mut o = FoldOptions {
+            ..opts(Vec::new(), cache.clone())
+        };
+        o.names.inline = false;
+        o
     };
     let inlined = opts(Vec::new(), cache);
     // Symbol table only, then DWARF replaces it, then its outer names serve.

@@ -87,11 +87,14 @@ fn folded_text_and_json_match_the_golden_files_with_1_and_2_threads() {
     for (suffix, per_process) in [("", false), ("-per-process", true)] {
         let mut outputs = Vec::new();
         for jobs in [1, 2] {
-            let opts = FoldOptions {
-                jobs: Some(jobs),
-                per_process,
-                perf_map_dir: None,
-                ..Default::default()
+            let opts = {
+                let mut o = FoldOptions {
+                    jobs: Some(jobs),
+                    per_process,
+                    ..Default::default()
+                };
+                o.names.perf_map_dir = None;
+                o
             };
             let p = fold_bytes(&bytes, &opts);
             let mut json = Vec::new();

@@ -145,9 +145,10 @@ fn dwarf_perf_data_is_unwound_without_frame_pointers() {
     };
     let inlined = folded(&fold_recording(&data, &FoldOptions::default()).expect("fold"));
     assert!(inlined.contains("main;pd_alpha;spin "), "{inlined}");
-    let opts = FoldOptions {
-        inline: false,
-        ..Default::default()
+    let opts = {
+        let mut o = FoldOptions::default();
+        o.names.inline = false;
+        o
     };
     let prof = fold_recording(&data, &opts).expect("fold perf.data");
     assert_eq!(prof.metadata.call_graph, "dwarf");
@@ -178,9 +179,10 @@ fn perf_data_folds_to_perfs_own_leaf_functions() {
     assert!(script.status.success());
     let want = shares(perf_script_leaves(&String::from_utf8_lossy(&script.stdout)));
 
-    let opts = FoldOptions {
-        inline: false, // perf script shows outer functions only
-        ..Default::default()
+    let opts = {
+        let mut o = FoldOptions::default();
+        o.names.inline = false;
+        o
     };
     let prof = fold_recording(&data, &opts).expect("fold perf.data");
     assert!(prof.samples > 500, "only {} samples", prof.samples);
