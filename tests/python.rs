@@ -22,32 +22,7 @@ use crate::common::*;
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/python/known.py");
 
 fn cpythons() -> Vec<PathBuf> {
-    let mut found: Vec<(u8, PathBuf)> = Vec::new();
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let root = std::env::var_os("PYENV_ROOT").map_or(home.join(".pyenv"), PathBuf::from);
-    if let Ok(dir) = std::fs::read_dir(root.join("versions")) {
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(minor) = name.strip_prefix("3.").and_then(|r| r.split('.').next()) else {
-                continue;
-            };
-            let Ok(minor) = minor.parse::<u8>() else {
-                continue;
-            };
-            let bin = e.path().join(format!("bin/python3.{minor}"));
-            if minor >= 8 && bin.is_file() {
-                found.push((minor, bin));
-            }
-        }
-    }
-    for minor in 8..=13u8 {
-        let bin = PathBuf::from(format!("/usr/bin/python3.{minor}"));
-        if bin.is_file() {
-            found.push((minor, bin));
-        }
-    }
+    let found = flamerec_python::installed();
     let missing: Vec<u8> = (8..=13u8)
         .filter(|m| !found.iter().any(|(f, _)| f == m))
         .collect();

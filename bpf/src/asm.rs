@@ -216,6 +216,17 @@ impl Code {
         self.insns.extend(insns);
     }
 
+    /// Appends a lookup of the key at `fp + key_at` in map `map`: r0 is
+    /// the value's address, or 0 when there is none (r1–r5 are lost).
+    pub fn lookup(&mut self, map: i32, key_at: i16) {
+        self.push(load_map(R1, map));
+        self.push([
+            mov(R2, FP),
+            add_imm(R2, i32::from(key_at)),
+            call(helper::MAP_LOOKUP_ELEM),
+        ]);
+    }
+
     /// Appends a jump (`ja`, `jeq_imm`, …, any offset) to `to`.
     pub fn jump(&mut self, jump: Insn, to: Label) {
         self.jumps.push((self.insns.len(), to));

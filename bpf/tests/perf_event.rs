@@ -20,12 +20,7 @@ fn program(config: &Map, result: &Map) -> Vec<asm::Insn> {
     let done = c.label();
     // config[0]: the address to read.
     c.push([asm::store_imm(Size::W, FP, -4, 0)]);
-    c.push(asm::load_map(R1, config.fd()));
-    c.push([
-        asm::mov(R2, FP),
-        asm::add_imm(R2, -4),
-        asm::call(helper::MAP_LOOKUP_ELEM),
-    ]);
+    c.lookup(config.fd(), -4);
     c.jump(asm::jeq_imm(R0, 0, 0), done);
     c.push([
         asm::load(Size::DW, R3, R0, 0),
@@ -37,12 +32,7 @@ fn program(config: &Map, result: &Map) -> Vec<asm::Insn> {
     c.jump(asm::jne_imm(R0, 0, 0), done);
     // result[0] = { the word read, samples, the sampled thread's id }.
     c.push([asm::store_imm(Size::W, FP, -4, 0)]);
-    c.push(asm::load_map(R1, result.fd()));
-    c.push([
-        asm::mov(R2, FP),
-        asm::add_imm(R2, -4),
-        asm::call(helper::MAP_LOOKUP_ELEM),
-    ]);
+    c.lookup(result.fd(), -4);
     c.jump(asm::jeq_imm(R0, 0, 0), done);
     c.push([
         asm::mov(R6, R0),
@@ -87,23 +77,9 @@ fn a_program_reads_the_sampled_threads_memory_at_each_sample() {
         Err(e) => unreachable!("{e}"),
     };
     let cfg = EventConfig {
-        counter: Counter::CpuClock,
         frequency: 1000,
-        period: 1,
-        context_switch: false,
-        sample_type: sys::sample::TID,
         exclude_kernel: true,
-        inherit: false,
-        enable_on_exec: false,
-        side_band: false,
-        max_stack: 0,
-        wakeup_bytes: 0,
-        wakeup_events: 1,
-        exclude_callchain_user: false,
-        sample_regs_user: 0,
-        sample_stack_user: 0,
-        defer_user: false,
-        count_lost: false,
+        ..EventConfig::bare(Counter::CpuClock)
     };
     let event = sys::perf_event_open(&cfg, 0, -1).expect("a cpu-clock event on this thread");
     sys::set_bpf(&event, prog.fd()).expect("attach the program");

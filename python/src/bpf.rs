@@ -18,7 +18,7 @@ use flamerec_bpf::asm::{
 };
 use flamerec_bpf::{BpfError, Map, MapKind, Program, RingBuffer};
 
-use crate::layout::{FrameModel, Layout, OWNED_BY_CSTACK};
+use crate::layout::{debug_offsets_3130, FrameModel, Layout, OWNED_BY_CSTACK, RUNTIME_SIZE_3130};
 use crate::{PyFrame, Run};
 
 /// Frames one sample's walk reads at most.
@@ -51,38 +51,11 @@ pub fn layout_index(layout: &Layout) -> Option<u32> {
 }
 
 fn known(minor: u8) -> Option<Layout> {
-    Layout::for_version(3, minor).or_else(|| (minor == 13).then(layout_313))
-}
-
-/// 3.13.0's layout, as its `_Py_DebugOffsets` publish it.
-fn layout_313() -> Layout {
-    Layout {
-        version: (3, 13),
-        model: FrameModel::EntryShim {
-            in_thread_state: true,
-        },
-        runtime_interpreters_head: 632,
-        interp_next: 7264,
-        interp_threads_head: 7344,
-        tstate_next: 8,
-        tstate_thread_id: 152,
-        tstate_native_thread_id: Some(160),
-        tstate_frame: 72,
-        cframe_current_frame: 0,
-        frame_code: 0,
-        frame_back: 8,
-        frame_instr: 56,
-        frame_marker: 70,
-        code_filename: 112,
-        code_name: 120,
-        code_qualname: Some(128),
-        code_firstlineno: 68,
-        code_linetable: 136,
-        code_firsttraceable: Some(184),
-        code_adaptive: Some(200),
-        ascii_data: 40,
-        compact_data: 56,
-    }
+    Layout::for_version(3, minor).or_else(|| {
+        (minor == 13)
+            .then(|| Layout::from_debug_offsets(&debug_offsets_3130(), RUNTIME_SIZE_3130))
+            .flatten()
+    })
 }
 
 /// The maps a walker program reads and writes.
@@ -142,12 +115,7 @@ impl WalkerMaps {
             asm::rsh_imm(R1, 32),
             asm::store(Size::W, FP, -4, R1),
         ]);
-        c.push(asm::load_map(R1, self.processes.fd()));
-        c.push([
-            asm::mov(R2, FP),
-            asm::add_imm(R2, -4),
-            asm::call(helper::MAP_LOOKUP_ELEM),
-        ]);
+        c.lookup(self.processes.fd(), -4);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
         c.push([
             asm::load(Size::W, R8, R0, 0),
@@ -155,22 +123,12 @@ impl WalkerMaps {
         ]);
         // The thread's state.
         c.push([asm::store(Size::W, FP, -4, R7)]);
-        c.push(asm::load_map(R1, self.threads.fd()));
-        c.push([
-            asm::mov(R2, FP),
-            asm::add_imm(R2, -4),
-            asm::call(helper::MAP_LOOKUP_ELEM),
-        ]);
+        c.lookup(self.threads.fd(), -4);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
         c.push([asm::load(Size::DW, R8, R0, 0)]);
         // The record.
         c.push([asm::store_imm(Size::W, FP, -4, 0)]);
-        c.push(asm::load_map(R1, self.records.fd()));
-        c.push([
-            asm::mov(R2, FP),
-            asm::add_imm(R2, -4),
-            asm::call(helper::MAP_LOOKUP_ELEM),
-        ]);
+        c.lookup(self.records.fd(), -4);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
         c.push([
             asm::mov(R9, R0),
@@ -374,7 +332,7 @@ mod tests {
     fn the_313_table_is_what_313_publishes() {
         // `from_debug_offsets` of 3.13.0's published values gives the
         // table the program is built with.
-        let l = layout_313();
+        let l = known(13).expect("3.13.0's layout");
         assert_eq!(layout_index(&l), Some(5));
         let mut other = l.clone();
         other.frame_back = 16;

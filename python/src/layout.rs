@@ -250,47 +250,51 @@ impl Layout {
 /// Bytes of 3.13's `_Py_DebugOffsets` this crate reads.
 pub const DEBUG_OFFSETS_LEN: usize = 584;
 
+/// The size of 3.13.0's `_PyRuntime`.
+pub(crate) const RUNTIME_SIZE_3130: u64 = 283_320;
+
+/// 3.13.0's `_Py_DebugOffsets`, as its processes publish them (read from
+/// a live 3.13.0 and its DWARF): what the BPF walker is built with.
+pub(crate) fn debug_offsets_3130() -> Vec<u8> {
+    let mut b = vec![0u8; DEBUG_OFFSETS_LEN];
+    b[..8].copy_from_slice(b"xdebugpy");
+    let mut set = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    for (at, v) in [
+        (8, 0x030d_00f0),
+        (24, 283_320),
+        (40, 632),
+        (64, 7264),
+        (72, 7344),
+        (168, 8),
+        (184, 72),
+        (192, 152),
+        (200, 160),
+        (224, 80),
+        (232, 8),
+        (240, 0),
+        (248, 56),
+        (264, 70),
+        (272, 208),
+        (280, 112),
+        (288, 120),
+        (296, 128),
+        (304, 136),
+        (312, 68),
+        (344, 200),
+        (560, 40),
+    ] {
+        set(at, v);
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// 3.13.0's published offsets, as a live process holds them.
-    fn debug_offsets_313() -> Vec<u8> {
-        let mut b = vec![0u8; DEBUG_OFFSETS_LEN];
-        b[..8].copy_from_slice(b"xdebugpy");
-        let mut set = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-        for (at, v) in [
-            (8, 0x030d_00f0),
-            (24, 283_320),
-            (40, 632),
-            (64, 7264),
-            (72, 7344),
-            (168, 8),
-            (184, 72),
-            (192, 152),
-            (200, 160),
-            (224, 80),
-            (232, 8),
-            (240, 0),
-            (248, 56),
-            (264, 70),
-            (272, 208),
-            (280, 112),
-            (288, 120),
-            (296, 128),
-            (304, 136),
-            (312, 68),
-            (344, 200),
-            (560, 40),
-        ] {
-            set(at, v);
-        }
-        b
-    }
-
     #[test]
     fn the_313_offsets_are_read_and_checked() {
-        let b = debug_offsets_313();
+        let b = debug_offsets_3130();
         let l = Layout::from_debug_offsets(&b, 283_320).expect("3.13 offsets");
         assert_eq!(l.runtime_interpreters_head, 632);
         assert_eq!(l.interp_threads_head, 7344);

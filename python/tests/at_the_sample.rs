@@ -32,23 +32,9 @@ impl Drop for Busy {
 
 fn sampling() -> EventConfig {
     EventConfig {
-        counter: Counter::CpuClock,
         frequency: 999,
-        period: 1,
-        context_switch: false,
-        sample_type: sys::sample::TID,
         exclude_kernel: true,
-        inherit: false,
-        enable_on_exec: false,
-        side_band: false,
-        max_stack: 0,
-        wakeup_bytes: 0,
-        wakeup_events: 1,
-        exclude_callchain_user: false,
-        sample_regs_user: 0,
-        sample_stack_user: 0,
-        defer_user: false,
-        count_lost: false,
+        ..EventConfig::bare(Counter::CpuClock)
     }
 }
 

@@ -132,23 +132,12 @@ pub(crate) fn open_with_fallbacks(
 /// this thread, opened disabled and closed again.
 pub(crate) fn defer_probe() -> io::Result<()> {
     let cfg = EventConfig {
-        counter: Counter::CpuClock,
-        frequency: 0,
         period: 1_000_000,
-        context_switch: false,
         sample_type: sys::sample::TID | sys::sample::CALLCHAIN,
         exclude_kernel: true,
-        inherit: false,
-        enable_on_exec: false,
         side_band: true,
-        max_stack: 0,
-        wakeup_bytes: 0,
-        wakeup_events: 1,
-        exclude_callchain_user: false,
-        sample_regs_user: 0,
-        sample_stack_user: 0,
         defer_user: true,
-        count_lost: false,
+        ..EventConfig::bare(Counter::CpuClock)
     };
     sys::perf_event_open(&cfg, 0, -1).map(drop)
 }

@@ -145,6 +145,31 @@ pub struct EventConfig {
 }
 
 impl EventConfig {
+    /// `counter` alone: a sample per event (or per nanosecond of a clock)
+    /// holding its tid, nothing else recorded, a poller woken at every
+    /// sample, no inheritance; what callers build on with `..`.
+    pub fn bare(counter: Counter) -> Self {
+        EventConfig {
+            counter,
+            frequency: 0,
+            period: 1,
+            context_switch: false,
+            sample_type: sample::TID,
+            exclude_kernel: false,
+            inherit: false,
+            enable_on_exec: false,
+            side_band: false,
+            max_stack: 0,
+            wakeup_bytes: 0,
+            wakeup_events: 1,
+            exclude_callchain_user: false,
+            sample_regs_user: 0,
+            sample_stack_user: 0,
+            defer_user: false,
+            count_lost: false,
+        }
+    }
+
     /// One thread sampled every `period_ns` nanoseconds of `counter`: the
     /// kernel's callchain without user frames (none with `kernel` false),
     /// the user registers bp, sp and ip and `stack_bytes` of user stack to
@@ -153,27 +178,17 @@ impl EventConfig {
     /// thread (each adds what it needs on top).
     pub fn thread_stack(counter: Counter, period_ns: u64, stack_bytes: u32, kernel: bool) -> Self {
         EventConfig {
-            counter,
-            frequency: 0,
             period: period_ns,
-            context_switch: false,
             sample_type: sample::TID
                 | sample::TIME
                 | sample::CALLCHAIN
                 | sample::REGS_USER
                 | sample::STACK_USER,
             exclude_kernel: !kernel,
-            inherit: false,
-            enable_on_exec: false,
-            side_band: false,
-            max_stack: 0,
-            wakeup_bytes: 0,
-            wakeup_events: 1,
             exclude_callchain_user: true,
             sample_regs_user: REGS_BP_SP_IP,
             sample_stack_user: stack_bytes,
-            defer_user: false,
-            count_lost: false,
+            ..EventConfig::bare(counter)
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What the Python tests share: the CPythons on this machine.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn skipping() -> bool {
     std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1")
@@ -9,34 +9,7 @@ fn skipping() -> bool {
 
 /// Every CPython 3.8+ found, with its minor version.
 pub fn interpreters() -> Vec<(u8, PathBuf)> {
-    let mut found = Vec::new();
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
-    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let mut parts = name.split('.');
-            let (Some("3"), Some(minor)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            let Ok(minor) = minor.parse::<u8>() else {
-                continue;
-            };
-            let bin = e.path().join(format!("bin/python3.{minor}"));
-            if minor >= 8 && bin.is_file() {
-                found.push((minor, bin));
-            }
-        }
-    }
-    for minor in 8..=13u8 {
-        let bin = PathBuf::from(format!("/usr/bin/python3.{minor}"));
-        if bin.is_file() {
-            found.push((minor, bin));
-        }
-    }
-    found.sort();
-    found
+    flamerec_python::installed()
 }
 
 /// Whether a minor version from 3.8 to 3.13 is missing from `found`: then
