@@ -209,6 +209,9 @@ impl<W: io::Write> State<W> {
             exec: true,
             time_ns: 0,
         });
+        if let Some(p) = &mut self.python {
+            p.mapped(pid, path, &self.conv);
+        }
         let now = sys::monotonic_ns();
         self.jit.mapping(pid, path, now, self.conv.unwinder_mut());
     }
