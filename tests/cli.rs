@@ -13,19 +13,9 @@ use flamerec_samples::{FramePointers, Sample};
 #[test]
 fn dd_time_is_under_kernel_read_frames_without_callchain_markers() {
     let dir = tmp();
-    let out = dir.path().join("dd.frec");
-    let cmd = [
-        "dd",
-        "if=/dev/zero",
-        "of=/dev/null",
-        "bs=64k",
-        "count=400000",
-    ];
-    let Some(o) = record(&out, &["-g", "fp"], &cmd) else {
+    let Some(stacks) = record_dd(dir.path(), 400_000, &["-g", "fp"]) else {
         return;
     };
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stacks = fold(&out, &[]);
     // Reading zeros is ≈ 80% of dd's own CPU time (≈ 0.5 s, ≈ 500 samples,
     // binomial sd ≈ 2 points): 50% is over 10 sd below, and a share of dd's
     // CPU time does not depend on what else runs.
@@ -47,6 +37,7 @@ fn dd_time_is_under_kernel_read_frames_without_callchain_markers() {
         }
     }
     let total: u64 = stacks.iter().map(|s| s.1).sum();
+    let out = dir.path().join("dd.frec");
     assert_eq!(total, info_json(&out)["samples"].as_u64().unwrap());
 }
 

@@ -137,19 +137,9 @@ fn trim_extends_the_trim_set() {
     // Measures shares, losses or cut stacks: no other workload beside it.
     let _alone = alone();
     let dir = tmp();
-    let out = dir.path().join("dd.frec");
-    let cmd = [
-        "dd",
-        "if=/dev/zero",
-        "of=/dev/null",
-        "bs=64k",
-        "count=200000",
-    ];
-    let Some(o) = record(&out, &["--trim", "read_zero"], &cmd) else {
+    let Some(stacks) = record_dd(dir.path(), 200_000, &["--trim", "read_zero"]) else {
         return;
     };
-    assert!(o.status.success(), "{}", stderr(&o));
-    let stacks = fold(&out, &[]);
     assert!(stacks.iter().all(|(s, _)| s.last().unwrap() != "read_zero"));
     // Reading zeros is most of dd's own CPU time (≈ 80% of a read/write
     // loop of 64 KiB, see the syscall-loop sample; here ≈ 0.25 s, ≈ 250

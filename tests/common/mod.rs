@@ -272,6 +272,18 @@ pub fn remove_jit_files(out: &Path, dumps: Option<&Path>) {
     }
 }
 
+/// `dd` copying `blocks` blocks of 64 KiB of zeros to /dev/null, recorded
+/// with `extra` flags and folded: a workload whose time is nearly all in
+/// the kernel's read of /dev/zero. `None` when perf tests are skipped.
+pub fn record_dd(dir: &Path, blocks: u32, extra: &[&str]) -> Option<Stacks> {
+    let out = dir.join("dd.frec");
+    let count = format!("count={blocks}");
+    let cmd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=64k", &count];
+    let o = record(&out, extra, &cmd)?;
+    assert!(o.status.success(), "{}", stderr(&o));
+    Some(fold(&out, &[]))
+}
+
 /// Whether perf_event_open works here; panics naming the cause when it does
 /// not, unless FLAMEREC_SKIP_PERF_TESTS=1 (then `false`).
 pub fn perf_usable() -> bool {

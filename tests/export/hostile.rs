@@ -11,7 +11,7 @@ use flamerec_format::{
 use serde_json::Value;
 
 use super::consumers::{pprof, speedscope_import};
-use super::{export, gunzip_json};
+use super::{export_all, gunzip_json};
 use crate::common::*;
 
 const KBASE: u64 = 0xffff_ffff_8100_0000;
@@ -199,22 +199,7 @@ fn hostile_names_survive_every_export() {
     let dir = tmp();
     let rec = dir.path().join("hostile.frec");
     hostile_recording(&rec);
-    let (pb, ss, ff) = (
-        dir.path().join("h.pb.gz"),
-        dir.path().join("h.speedscope.json"),
-        dir.path().join("h.json.gz"),
-    );
-    export(
-        &rec,
-        &[
-            "--pprof",
-            pb.to_str().unwrap(),
-            "--speedscope",
-            ss.to_str().unwrap(),
-            "--firefox",
-            ff.to_str().unwrap(),
-        ],
-    );
+    let (pb, ss, ff) = export_all(&rec, dir.path(), "h");
 
     let raw = pprof(&["-raw"], &pb);
     for name in SHOWN {
@@ -261,22 +246,7 @@ fn invalid_utf8_in_a_mapping_path_survives_perf_data_exports() {
         .output()
         .expect("run perf record");
     assert!(o.status.success(), "perf record failed: {}", stderr(&o));
-    let (pb, ss, ff) = (
-        dir.path().join("b.pb.gz"),
-        dir.path().join("b.speedscope.json"),
-        dir.path().join("b.json.gz"),
-    );
-    export(
-        &data,
-        &[
-            "--pprof",
-            pb.to_str().unwrap(),
-            "--speedscope",
-            ss.to_str().unwrap(),
-            "--firefox",
-            ff.to_str().unwrap(),
-        ],
-    );
+    let (pb, ss, ff) = export_all(&data, dir.path(), "b");
     let raw = pprof(&["-raw"], &pb);
     assert!(raw.contains("bad\u{fffd}</script>\"q\nx/cpu-mix"), "{raw}");
     let got = speedscope_import(&ss);

@@ -5,7 +5,9 @@
 use serde_json::Value;
 
 use super::consumers::{self, pprof, speedscope_import};
-use super::{assert_top_matches, export, gunzip_json, recording, summary, thread_weights};
+use super::{
+    assert_top_matches, export, export_all, gunzip_json, recording, summary, thread_weights,
+};
 use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
 
@@ -15,22 +17,7 @@ fn off_cpu_exports_weigh_blocked_nanoseconds() {
         return;
     };
     let dir = tmp();
-    let (pb, ss, ff) = (
-        dir.path().join("off.pb.gz"),
-        dir.path().join("off.speedscope.json"),
-        dir.path().join("off.json.gz"),
-    );
-    export(
-        rec,
-        &[
-            "--pprof",
-            pb.to_str().unwrap(),
-            "--speedscope",
-            ss.to_str().unwrap(),
-            "--firefox",
-            ff.to_str().unwrap(),
-        ],
-    );
+    let (pb, ss, ff) = export_all(rec, dir.path(), "off");
     let json = summary(rec, &[], dir.path());
     let total_ns = json["total_samples"].as_u64().unwrap();
     // 0.8 s of sleeps by construction; a busy machine only adds (each
@@ -90,22 +77,7 @@ fn perf_data_exports_like_a_recording() {
         .output()
         .expect("run perf record");
     assert!(o.status.success(), "perf record failed: {}", stderr(&o));
-    let (pb, ss, ff) = (
-        dir.path().join("p.pb.gz"),
-        dir.path().join("p.speedscope.json"),
-        dir.path().join("p.json.gz"),
-    );
-    export(
-        &data,
-        &[
-            "--pprof",
-            pb.to_str().unwrap(),
-            "--speedscope",
-            ss.to_str().unwrap(),
-            "--firefox",
-            ff.to_str().unwrap(),
-        ],
-    );
+    let (pb, ss, ff) = export_all(&data, dir.path(), "p");
     let json = summary(&data, &[], dir.path());
     let top = pprof(&["-top", "-nodecount=20"], &pb);
     let compared = assert_top_matches(&top, &json);

@@ -66,6 +66,20 @@ fn export(input: &Path, args: &[&str]) {
     assert!(o.stdout.is_empty(), "only file outputs were asked for");
 }
 
+/// Exports `input` to pprof, speedscope and the Firefox Profiler at once,
+/// into `dir` named after `stem`; returns their paths in that order.
+fn export_all(input: &Path, dir: &Path, stem: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let (pb, ss, ff) = (
+        dir.join(format!("{stem}.pb.gz")),
+        dir.join(format!("{stem}.speedscope.json")),
+        dir.join(format!("{stem}.json.gz")),
+    );
+    let path = |p: &PathBuf| p.to_str().expect("a UTF-8 path").to_owned();
+    let (a, b, c) = (path(&pb), path(&ss), path(&ff));
+    export(input, &["--pprof", &a, "--speedscope", &b, "--firefox", &c]);
+    (pb, ss, ff)
+}
+
 /// `fold --json` of `input` with `args`.
 fn summary(input: &Path, args: &[&str], dir: &Path) -> Value {
     let json = dir.join("summary.json");
