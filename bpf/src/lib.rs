@@ -122,6 +122,12 @@ impl Map {
         sys::map_update(&self.fd, key, value).map_err(BpfError::Element)
     }
 
+    /// Removes `key`; whether it was there.
+    pub fn remove(&self, key: &[u8]) -> Result<bool, BpfError> {
+        let key = self.sized(key, self.key_size)?;
+        sys::map_delete(&self.fd, key).map_err(BpfError::Element)
+    }
+
     fn sized<'a>(&self, bytes: &'a [u8], size: usize) -> Result<&'a [u8], BpfError> {
         if bytes.len() != size {
             return Err(BpfError::Element(io::Error::new(

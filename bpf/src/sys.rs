@@ -7,6 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_PROG_LOAD: libc::c_long = 5;
 
 /// `union bpf_attr` for BPF_MAP_CREATE (the fields flamerec sets; the
@@ -118,6 +119,20 @@ pub(crate) fn map_update(map: &OwnedFd, key: &[u8], value: &[u8]) -> io::Result<
         ..Default::default()
     };
     bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+}
+
+/// Removes `key`; `Ok(false)` where it was not there.
+pub(crate) fn map_delete(map: &OwnedFd, key: &[u8]) -> io::Result<bool> {
+    let mut attr = MapElem {
+        map_fd: map.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        ..Default::default()
+    };
+    match bpf(BPF_MAP_DELETE_ELEM, &mut attr) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Loads a program of `prog_type` from `insns` (8 bytes each); on a refusal

@@ -90,6 +90,16 @@ impl WalkerMaps {
         self.threads.set(&tid.to_ne_bytes(), &tstate.to_ne_bytes())
     }
 
+    /// Process `tgid` exited or exec'd: the program forgets it.
+    pub fn remove_process(&self, tgid: u32) -> Result<(), BpfError> {
+        self.processes.remove(&tgid.to_ne_bytes()).map(drop)
+    }
+
+    /// Thread `tid` exited: the program forgets it.
+    pub fn remove_thread(&self, tid: u32) -> Result<(), BpfError> {
+        self.threads.remove(&tid.to_ne_bytes()).map(drop)
+    }
+
     /// The records every CPU holds now.
     pub fn records(&self) -> Result<Vec<Record>, BpfError> {
         let all = self.records.get(&0u32.to_ne_bytes())?.unwrap_or_default();

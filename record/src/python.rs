@@ -168,9 +168,26 @@ impl Python {
         self.stale.insert(pid);
     }
 
+    /// Thread `tid` of `pid` exited: its walks and its thread state go (a
+    /// later thread may get its id).
+    pub(crate) fn thread_exited(&mut self, pid: u32, tid: u32) {
+        self.walks.remove(&tid);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.known.remove(&tid) {
+                let _ = self.maps.remove_thread(tid);
+            }
+        }
+    }
+
     /// A process exited or exec'd: what was known of it goes.
     pub(crate) fn forget(&mut self, pid: u32) {
-        self.procs.remove(&pid);
+        if let Some(p) = self.procs.remove(&pid) {
+            let _ = self.maps.remove_process(pid);
+            for tid in p.known {
+                let _ = self.maps.remove_thread(tid);
+                self.walks.remove(&tid);
+            }
+        }
         self.code_frames.retain(|&(p, _), _| p != pid);
     }
 

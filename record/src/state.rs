@@ -342,6 +342,9 @@ impl<W: io::Write> State<W> {
                     if let Some(d) = &mut self.deferred {
                         d.thread_exited(tid);
                     }
+                    if let Some(p) = &mut self.python {
+                        p.thread_exited(pid, tid);
+                    }
                     if let Some(u) = self.conv.unwinder_mut() {
                         let done = if pid == tid {
                             self.live.forget_process(u, pid)
