@@ -247,11 +247,14 @@ fn info_reports_stacks_completed_from_the_live_thread() {
 /// the live read (the earlier margin assumed 0.6–0.7% and a bound of 1.8%,
 /// which that run crossed). The dynamic loader's start-up is ≈ 2% of the
 /// loop's CPU time (`LD_DEBUG=statistics`: ≈ 0.3 M cycles per iteration of
-/// ≈ 4–5 ms), so losing the loader's entry would cut ≈ 2.7% more: ≥ 3.5%.
-/// At the ≈ 7,000 samples the loop gives (≥ 3,000 asserted; counts follow
-/// CPU time, not the wall clock), the bound of 2.6% (182) sits 3.6 binomial
-/// standard deviations above the 2.0% seen (140 ± 12) and 4.1 below 3.5%
-/// (245 ± 15).
+/// ≈ 4–5 ms), so losing the loader's entry would cut ≈ 2.7% more. On this
+/// machine in November 2026 the loop cuts 2.0–2.5% on an idle machine, at
+/// the commit before this bound and after alike (12,000–12,800 samples, 3
+/// runs each; 2.65–2.7% in 2 of 7 runs of the suite's own, which the bound
+/// of 2.6% then failed): losing the loader's entry would give ≥ 4.7%. The
+/// bound of 3.5% sits ≈ 8 binomial standard deviations (0.13 points at
+/// 12,000 samples) above 2.5% and below 4.7%; counts follow CPU time, not
+/// the wall clock (≥ 3,000 samples asserted).
 #[test]
 fn short_lived_dynamically_linked_programs_are_not_counted_cut() {
     // Measures shares, losses or cut stacks: no other workload beside it.
@@ -268,8 +271,8 @@ fn short_lived_dynamically_linked_programs_are_not_counted_cut() {
     let cut = info["truncated_stacks"].as_u64().unwrap_or(u64::MAX);
     assert!(samples >= 3000, "only {samples} samples");
     assert!(
-        cut * 1000 <= samples * 26,
-        "{cut} of {samples} stacks cut short (≤ 2.6% wanted): {}",
+        cut * 1000 <= samples * 35,
+        "{cut} of {samples} stacks cut short (≤ 3.5% wanted): {}",
         stderr(&o)
     );
 }
