@@ -295,7 +295,9 @@ impl Record {
         for &[addr, code, instr, marker] in &self.frames {
             let lasti = || i64::from(instr as u32 as i32);
             let index = || {
-                (instr as i64).wrapping_sub((code + layout.code_adaptive.unwrap_or(0)) as i64) / 2
+                (instr as i64)
+                    .wrapping_sub((code.wrapping_add(layout.code_adaptive.unwrap_or(0))) as i64)
+                    / 2
             };
             match layout.model {
                 FrameModel::Objects { .. } => {

@@ -31,10 +31,14 @@ impl CodeInfo {
     /// Reads the code object at `code`.
     pub fn read(mem: &dyn Memory, layout: &Layout, code: u64) -> io::Result<CodeInfo> {
         let name_at = layout.code_qualname.unwrap_or(layout.code_name);
-        let name = read_str(mem, layout, mem.u64(code + name_at)?)?;
-        let file = read_str(mem, layout, mem.u64(code + layout.code_filename)?)?;
-        let first_line = mem.i32(code + layout.code_firstlineno)?;
-        let linetable = read_bytes(mem, mem.u64(code + layout.code_linetable)?)?;
+        let name = read_str(mem, layout, mem.u64(code.wrapping_add(name_at))?)?;
+        let file = read_str(
+            mem,
+            layout,
+            mem.u64(code.wrapping_add(layout.code_filename))?,
+        )?;
+        let first_line = mem.i32(code.wrapping_add(layout.code_firstlineno))?;
+        let linetable = read_bytes(mem, mem.u64(code.wrapping_add(layout.code_linetable))?)?;
         Ok(CodeInfo {
             name,
             file,
@@ -66,9 +70,9 @@ pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> io::Result<Stri
     if addr == 0 {
         return Err(bad("no string"));
     }
-    let length = mem.u64(addr + STR_LENGTH)?;
+    let length = mem.u64(addr.wrapping_add(STR_LENGTH))?;
     let mut state = [0; 4];
-    mem.read(addr + STR_STATE, &mut state)?;
+    mem.read(addr.wrapping_add(STR_STATE), &mut state)?;
     let state = u32::from_le_bytes(state);
     let kind = u64::from((state >> 2) & 7);
     let compact = state & (1 << 5) != 0;
@@ -78,11 +82,11 @@ pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> io::Result<Stri
     }
     if ascii {
         let mut b = vec![0; length as usize];
-        mem.read(addr + layout.ascii_data, &mut b)?;
+        mem.read(addr.wrapping_add(layout.ascii_data), &mut b)?;
         return String::from_utf8(b).map_err(|_| bad("not ASCII"));
     }
     let mut b = vec![0; (length * kind) as usize];
-    mem.read(addr + layout.compact_data, &mut b)?;
+    mem.read(addr.wrapping_add(layout.compact_data), &mut b)?;
     let chars: Vec<u32> = match kind {
         1 => b.iter().map(|&c| u32::from(c)).collect(),
         2 => b
@@ -102,7 +106,7 @@ pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> io::Result<Stri
 
 /// The contents of a `bytes` object at `addr`, at most [`MAX_LINETABLE`].
 fn read_bytes(mem: &dyn Memory, addr: u64) -> io::Result<Vec<u8>> {
-    let n = mem.u64(addr + OB_SIZE)?;
+    let n = mem.u64(addr.wrapping_add(OB_SIZE))?;
     if n > MAX_LINETABLE {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -110,7 +114,7 @@ fn read_bytes(mem: &dyn Memory, addr: u64) -> io::Result<Vec<u8>> {
         ));
     }
     let mut b = vec![0; n as usize];
-    mem.read(addr + BYTES_DATA, &mut b)?;
+    mem.read(addr.wrapping_add(BYTES_DATA), &mut b)?;
     Ok(b)
 }
 

@@ -229,11 +229,11 @@ impl Interpreter {
     pub fn threads(&self, mem: &dyn Memory, tids: &[u32]) -> io::Result<Vec<PyThread>> {
         let l = &self.layout;
         let mut out = Vec::new();
-        let mut interp = mem.u64(self.runtime + l.runtime_interpreters_head)?;
+        let mut interp = mem.u64(self.runtime.wrapping_add(l.runtime_interpreters_head))?;
         let mut interps = 0;
         while interp != 0 && interps < 64 {
             interps += 1;
-            let mut ts = mem.u64(interp + l.interp_threads_head)?;
+            let mut ts = mem.u64(interp.wrapping_add(l.interp_threads_head))?;
             while ts != 0 && out.len() < MAX_THREADS {
                 let tid = self.tid_of(mem, ts, tids);
                 let (runs, cut) = self.stack(mem, ts);
@@ -243,9 +243,9 @@ impl Interpreter {
                     runs,
                     cut,
                 });
-                ts = mem.u64(ts + l.tstate_next)?;
+                ts = mem.u64(ts.wrapping_add(l.tstate_next))?;
             }
-            interp = mem.u64(interp + l.interp_next)?;
+            interp = mem.u64(interp.wrapping_add(l.interp_next))?;
         }
         Ok(out)
     }
@@ -253,9 +253,9 @@ impl Interpreter {
     fn tid_of(&self, mem: &dyn Memory, ts: u64, tids: &[u32]) -> Option<u32> {
         let l = &self.layout;
         let tid = match l.tstate_native_thread_id {
-            Some(at) => mem.u64(ts + at).ok()? as u32,
+            Some(at) => mem.u64(ts.wrapping_add(at)).ok()? as u32,
             None => {
-                let pthread = mem.u64(ts + l.tstate_thread_id).ok()?;
+                let pthread = mem.u64(ts.wrapping_add(l.tstate_thread_id)).ok()?;
                 mem.i32(pthread + PTHREAD_TID).ok()? as u32
             }
         };
@@ -268,24 +268,24 @@ impl Interpreter {
         let l = &self.layout;
         let mut walk = Walk::default();
         let top = match l.model {
-            FrameModel::Objects { .. } => mem.u64(ts + l.tstate_frame),
+            FrameModel::Objects { .. } => mem.u64(ts.wrapping_add(l.tstate_frame)),
             FrameModel::EntryFlag
             | FrameModel::EntryShim {
                 in_thread_state: false,
             } => mem
-                .u64(ts + l.tstate_frame)
+                .u64(ts.wrapping_add(l.tstate_frame))
                 .and_then(|cframe| match cframe {
                     0 => Ok(0),
                     c => {
                         if l.model == FrameModel::EntryFlag {
                             walk.cframes = cframe_chain(mem, c);
                         }
-                        mem.u64(c + l.cframe_current_frame)
+                        mem.u64(c.wrapping_add(l.cframe_current_frame))
                     }
                 }),
             FrameModel::EntryShim {
                 in_thread_state: true,
-            } => mem.u64(ts + l.tstate_frame),
+            } => mem.u64(ts.wrapping_add(l.tstate_frame)),
         };
         let Ok(mut frame) = top else {
             return (Vec::new(), true);
@@ -312,19 +312,19 @@ impl Interpreter {
     /// Reads the frame at `frame` into `walk`; returns the older frame.
     fn step(&self, mem: &dyn Memory, frame: u64, walk: &mut Walk) -> io::Result<u64> {
         let l = &self.layout;
-        let code = mem.u64(frame + l.frame_code)?;
-        let back = mem.u64(frame + l.frame_back)?;
+        let code = mem.u64(frame.wrapping_add(l.frame_code))?;
+        let back = mem.u64(frame.wrapping_add(l.frame_back))?;
         match l.model {
             FrameModel::Objects { .. } => {
-                let instr = i64::from(mem.i32(frame + l.frame_instr)?);
+                let instr = i64::from(mem.i32(frame.wrapping_add(l.frame_instr))?);
                 walk.current.frames.push(PyFrame { code, instr });
                 // One frame per eval-loop call.
                 walk.close(None);
             }
             FrameModel::EntryFlag => {
-                let entry = mem.u8(frame + l.frame_marker)? != 0;
+                let entry = mem.u8(frame.wrapping_add(l.frame_marker))? != 0;
                 // `owner` follows `is_entry`.
-                let owner = mem.u8(frame + l.frame_marker + 1)?;
+                let owner = mem.u8(frame.wrapping_add(l.frame_marker + 1))?;
                 if let Some(f) = self.complete_frame(mem, code, frame, owner)? {
                     walk.current.frames.push(f);
                 }
@@ -334,7 +334,7 @@ impl Interpreter {
                 }
             }
             FrameModel::EntryShim { .. } => {
-                let owner = mem.u8(frame + l.frame_marker)?;
+                let owner = mem.u8(frame.wrapping_add(l.frame_marker))?;
                 if owner == OWNED_BY_CSTACK {
                     // The shim is a local of its eval-loop call: it marks
                     // the run above it, and is not a Python frame.
@@ -359,15 +359,16 @@ impl Interpreter {
     ) -> io::Result<Option<PyFrame>> {
         let l = &self.layout;
         if let Some(code_type) = self.code_type {
-            if code == 0 || mem.u64(code + OB_TYPE)? != code_type {
+            if code == 0 || mem.u64(code.wrapping_add(OB_TYPE))? != code_type {
                 return Ok(None);
             }
         }
-        let ptr = mem.u64(frame + l.frame_instr)?;
-        let start = code + l.code_adaptive.unwrap_or(0);
+        let ptr = mem.u64(frame.wrapping_add(l.frame_instr))?;
+        let start = code.wrapping_add(l.code_adaptive.unwrap_or(0));
         let instr = (ptr as i64).wrapping_sub(start as i64) / 2;
         if let Some(first) = l.code_firsttraceable {
-            if owner != OWNED_BY_GENERATOR && instr < i64::from(mem.i32(code + first)?) {
+            if owner != OWNED_BY_GENERATOR && instr < i64::from(mem.i32(code.wrapping_add(first))?)
+            {
                 return Ok(None);
             }
         }
@@ -382,11 +383,11 @@ fn cframe_chain(mem: &dyn Memory, first: u64) -> Vec<u64> {
     let mut out = Vec::new();
     let mut c = first;
     while c != 0 && out.len() < MAX_FRAMES {
-        match mem.u64(c + 8) {
+        match mem.u64(c.wrapping_add(8)) {
             Ok(0) | Err(_) => break,
             Ok(_) => out.push(c),
         }
-        c = mem.u64(c + 16).unwrap_or(0);
+        c = mem.u64(c.wrapping_add(16)).unwrap_or(0);
     }
     out
 }

@@ -145,6 +145,25 @@ pub struct RecordOptions {
     pub embed_names: Option<NameOptions>,
     /// Who reads the ring buffers.
     pub ring_readers: RingReaders,
+    /// When Python frames are read at the sample.
+    pub python: PythonFrames,
+}
+
+/// When the recorder reads Python frames at each sample (a BPF program that
+/// runs with every sampling event, as root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PythonFrames {
+    /// From the start for a command that is CPython or a script that starts
+    /// it (named `python*`, or a `#!` script naming python or pyenv); else
+    /// from the first CPython process found (its `python3*` or
+    /// `libpython3*` mapped), which with a command reaches only the
+    /// processes forked after it. Until then no sample pays for the program.
+    #[default]
+    Auto,
+    /// From the start (what `Auto` does once it finds CPython).
+    On,
+    /// Never.
+    Off,
 }
 
 /// Who reads the ring buffers while recording.
@@ -184,6 +203,7 @@ impl Default for RecordOptions {
             stack_size: DEFAULT_STACK_SIZE,
             embed_names: Some(NameOptions::standard()),
             ring_readers: RingReaders::Auto,
+            python: PythonFrames::Auto,
         }
     }
 }

@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use flamerec_bpf::{Program, RingBuffer};
@@ -97,7 +98,10 @@ struct CodeFrame {
 /// Python frames of a recording.
 pub(crate) struct Python {
     maps: WalkerMaps,
-    _program: Program,
+    program: Program,
+    /// The sampling events (duplicated descriptors) while the program
+    /// waits for a CPython process to be attached to them.
+    unattached: Vec<OwnedFd>,
     procs: HashMap<u32, Proc>,
     walks: HashMap<u32, VecDeque<Record>>,
     code_frames: HashMap<(u32, u64), CodeFrame>,
@@ -114,17 +118,24 @@ impl Python {
     /// Builds the walker and attaches it to every event; the ring its walks
     /// go to comes with it. An error says why Python frames cannot be read
     /// (BPF refused: not root, or no CAP_BPF and CAP_PERFMON).
-    pub(crate) fn start(events: &[Event]) -> Result<(Python, RingBuffer), String> {
+    /// With `now` false it is attached when the first CPython process is
+    /// found (see [`Python::mapped`]): until then no sample pays for it.
+    pub(crate) fn start(events: &[Event], now: bool) -> Result<(Python, RingBuffer), String> {
         let maps = WalkerMaps::new(4096, 65_536).map_err(|e| e.to_string())?;
         let ring = RingBuffer::new(RING_BYTES).map_err(|e| e.to_string())?;
         let program = maps.program(Some(&ring)).map_err(|e| e.to_string())?;
+        let mut unattached = Vec::new();
         for e in events {
-            sys::set_bpf(&e.fd, program.fd()).map_err(|e| format!("attaching it: {e}"))?;
+            unattached.push(e.fd.try_clone().map_err(|e| e.to_string())?);
+        }
+        if now {
+            attach(&mut unattached, &program)?;
         }
         Ok((
             Python {
                 maps,
-                _program: program,
+                program,
+                unattached,
                 procs: HashMap::new(),
                 walks: HashMap::new(),
                 code_frames: HashMap::new(),
@@ -153,7 +164,9 @@ impl Python {
         let Some(index) = layout_index(&interp.layout) else {
             return;
         };
-        if self.maps.add_process(pid, index).is_err() {
+        if attach(&mut self.unattached, &self.program).is_err()
+            || self.maps.add_process(pid, index).is_err()
+        {
             return;
         }
         let mut p = Proc {
@@ -366,4 +379,34 @@ impl Python {
         self.code_frames.insert((pid, code), cf);
         Some(cf)
     }
+}
+
+/// Attaches `program` to every event in `events`, which empties.
+fn attach(events: &mut Vec<OwnedFd>, program: &Program) -> Result<(), String> {
+    for fd in events.iter() {
+        sys::set_bpf(fd, program.fd()).map_err(|e| format!("attaching it: {e}"))?;
+    }
+    events.clear();
+    Ok(())
+}
+
+/// Whether a command is, or is a script that starts, CPython: its program
+/// is named `python*`, or its first 512 bytes (a `#!` script) name python
+/// or pyenv (whose shims `exec` the interpreter). A sampling event the
+/// command's processes inherited takes the program only if it was attached
+/// before they were forked, so such a command has it from the start.
+pub(crate) fn command_is_python(program: &std::path::Path) -> bool {
+    let named = program
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("python"));
+    let mut head = [0u8; 512];
+    let n = std::fs::File::open(program)
+        .and_then(|mut f| io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    let script = head[..n].starts_with(b"#!")
+        && head[..n]
+            .windows(6)
+            .any(|w| w == b"python" || w.starts_with(b"pyenv"));
+    named || script
 }

@@ -23,7 +23,8 @@ use crate::spool::Spool;
 use crate::state::{Finished, State, StateConfig};
 use crate::sys::{self, SuspendedChild, WaitStatus};
 use crate::{
-    CallGraph, EventKind, Progress, RecordError, RecordOptions, RecordSummary, RingReaders, Target,
+    CallGraph, EventKind, Progress, PythonFrames, RecordError, RecordOptions, RecordSummary,
+    RingReaders, Target,
 };
 use flamerec_perf::procfs;
 use flamerec_symbolize::kallsyms::Kallsyms;
@@ -255,10 +256,16 @@ impl Session {
             _ => None,
         };
         // Python frames at the sample need BPF: as root.
-        let python = if sys::is_root() {
-            crate::python::Python::start(&events).ok()
-        } else {
-            None
+        let python = match opts.python {
+            PythonFrames::Off => None,
+            _ if !sys::is_root() => None,
+            mode => {
+                let now = mode == PythonFrames::On
+                    || launch
+                        .as_ref()
+                        .is_some_and(|(_, program, _)| crate::python::command_is_python(program));
+                crate::python::Python::start(&events, now).ok()
+            }
         };
         let mut st = State::new(StateConfig {
             writer,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 use flamerec_record::{
-    CallGraph, EventKind, RecordError, RecordOptions, RingReaders, Target, WaitStatus,
+    CallGraph, EventKind, PythonFrames, RecordError, RecordOptions, RingReaders, Target, WaitStatus,
 };
 
 use super::Exit;
@@ -24,6 +24,14 @@ enum Mode {
     /// (Linux 6.19+; plain fp elsewhere).
     #[value(name = "fp,defer")]
     FpDefer,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Python {
+    /// From the first CPython process found.
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -84,6 +92,10 @@ pub struct Args {
     /// reader threads from the start.
     #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = parse_readers)]
     ring_readers: RingReaders,
+    /// Read Python frames at each sample (as root): auto from the first
+    /// CPython process found, on from the start, or off.
+    #[arg(long, value_enum, value_name = "auto|on|off", default_value = "auto")]
+    python: Python,
     /// No progress line.
     #[arg(short, long)]
     quiet: bool,
@@ -129,6 +141,11 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
         stack_size: a.stack_size,
         embed_names: (!a.no_embed_symbols).then(flamerec_record::NameOptions::standard),
         ring_readers: a.ring_readers,
+        python: match a.python {
+            Python::Auto => PythonFrames::Auto,
+            Python::On => PythonFrames::On,
+            Python::Off => PythonFrames::Off,
+        },
     })
 }
 
