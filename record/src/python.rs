@@ -410,3 +410,34 @@ pub(crate) fn command_is_python(program: &std::path::Path) -> bool {
             .any(|w| w == b"python" || w.starts_with(b"pyenv"));
     named || script
 }
+
+#[cfg(test)]
+mod tests {
+    use super::command_is_python;
+    use std::path::Path;
+
+    #[test]
+    fn commands_that_start_cpython_are_told_from_others() {
+        let dir = std::env::temp_dir().join(format!("flamerec-pycmd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let pip = script("pip", "#!/usr/bin/python3.11\nimport sys\n");
+        let shim = script(
+            "tool",
+            "#!/usr/bin/env bash\nset -e\nexec \"/root/.pyenv/libexec/pyenv\" exec \"$0\"\n",
+        );
+        let shell = script("build", "#!/bin/sh\nmake all\n");
+        let elf = script("prog", "\x7fELF python inside a binary");
+        assert!(command_is_python(Path::new("/usr/bin/python3.11")));
+        assert!(command_is_python(&pip));
+        assert!(command_is_python(&shim));
+        assert!(!command_is_python(&shell));
+        assert!(!command_is_python(&elf));
+        assert!(!command_is_python(Path::new("/nonexistent/cc")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
