@@ -149,6 +149,12 @@ impl Python {
         ))
     }
 
+    /// The sampling events are closed: its copies of those it never
+    /// attached to go too (an open one keeps the kernel's callchain cap).
+    pub(crate) fn events_closed(&mut self) {
+        self.unattached.clear();
+    }
+
     /// Process `pid` mapped `path` (after the converter applied it): a
     /// CPython's binary makes it a CPython process.
     pub(crate) fn mapped<W: io::Write>(&mut self, pid: u32, path: &str, conv: &Converter<W>) {

@@ -496,8 +496,10 @@ impl Session {
         st.drain(&mut events, &mut scratch, taken);
         st.unreported_losses(&events);
         // Closed before the sysctl is put back: the kernel refuses to change it
-        // while events with callchains are open.
+        // while events with callchains are open (the Python walker's copies
+        // of them too).
         drop(events);
+        st.events_closed();
         if kallsyms_loader.is_some() {
             st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
         }

@@ -590,6 +590,13 @@ impl<W: io::Write> State<W> {
         }
     }
 
+    /// The sampling events are closed: nothing may hold them open.
+    pub(crate) fn events_closed(&mut self) {
+        if let Some(p) = &mut self.python {
+            p.events_closed();
+        }
+    }
+
     /// After the last drain: losses no LOST record reported. The kernel
     /// writes one only once the ring has room again, so a ring still full
     /// when the command ended (its reader kept from every CPU until then)
