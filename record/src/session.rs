@@ -238,6 +238,21 @@ impl Session {
 
         let start_mono = sys::monotonic_ns();
         let started = Instant::now();
+        // Python frames at the sample need BPF: as root. Attached before the
+        // command starts: a thread it forks takes its inherited event's
+        // program as that event has it then (a program attached later
+        // reached none of a CPython's threads created meanwhile).
+        let python = match opts.python {
+            PythonFrames::Off => None,
+            _ if !sys::is_root() => None,
+            mode => {
+                let now = mode == PythonFrames::On
+                    || launch
+                        .as_ref()
+                        .is_some_and(|(_, program, _)| crate::python::command_is_python(program));
+                crate::python::Python::start(&events, now).ok()
+            }
+        };
         // Start the command before anything else that may wait (the kernel
         // symbol table): its records wait in the ring buffers meanwhile.
         let started_child = match (child, &launch) {
@@ -254,18 +269,6 @@ impl Session {
                 }
             },
             _ => None,
-        };
-        // Python frames at the sample need BPF: as root.
-        let python = match opts.python {
-            PythonFrames::Off => None,
-            _ if !sys::is_root() => None,
-            mode => {
-                let now = mode == PythonFrames::On
-                    || launch
-                        .as_ref()
-                        .is_some_and(|(_, program, _)| crate::python::command_is_python(program));
-                crate::python::Python::start(&events, now).ok()
-            }
         };
         let mut st = State::new(StateConfig {
             writer,
