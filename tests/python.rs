@@ -8,9 +8,12 @@
 //! `descend` above it, under `main` and `<module>`), native code called
 //! from Python stays under the Python frame that called it (zlib under
 //! `py_worker`), and the interpreter's eval loop itself is not shown where
-//! Python frames stand for it. Shares are not asserted here: on Linux 6.18
-//! a thread's samples sometimes come without a walk for a whole run (see
-//! issue 35's note), which the recording says in a warning.
+//! Python frames stand for it. And most samples got their walk: at least
+//! half of them show `known.py` frames. Margin: 96–99% of a CPython's
+//! samples are walked (the rest: start-up before flamerec reads the thread
+//! states, a share of CPU time that load does not change); the walker
+//! attached after the command started, a thread's samples went unwalked
+//! for a whole run and 7–14% showed them.
 //!
 //! Needs root (BPF): fails with the cause unless FLAMEREC_SKIP_BPF_TESTS=1;
 //! a CPython missing fails unless FLAMEREC_SKIP_PYTHON_TESTS=1.
@@ -102,9 +105,10 @@ fn python_frames_stand_where_the_eval_loop_ran_them() {
             .filter(|(f, _)| f.iter().any(|x| x.ends_with("known.py)")))
             .map(|(_, n)| n)
             .sum();
+        let total: u64 = stacks.iter().map(|(_, n)| n).sum();
         assert!(
-            named >= 10,
-            "{what}: {named} samples with Python frames: {}",
+            named >= 10 && named * 2 >= total,
+            "{what}: {named} of {total} samples with Python frames: {}",
             stderr(&o)
         );
         assert!(walked + worker_in_zlib > 0, "{what}: {}", stderr(&o));
