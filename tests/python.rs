@@ -2,17 +2,13 @@
 //! CPython 3.8–3.13 here (pyenv's and the system's), as root, where the
 //! kernel walks the sampled thread's frames at each sample.
 //!
-//! What is asserted holds whatever share of samples got their walk: a
-//! Python frame shown is one that was running at that sample (every stack
-//! holding one of the three work functions holds exactly the 30 calls of
-//! `descend` above it, under `main` and `<module>`), native code called
-//! from Python stays under the Python frame that called it (zlib under
-//! `py_worker`), and the interpreter's eval loop itself is not shown where
-//! Python frames stand for it. Shares are not asserted here: on a loaded
-//! machine a run sometimes has most of its walks not pair one for one with
-//! the eval-loop frames of their samples (3.8 beside two busy loops: 1,070
-//! of 1,510 samples kept native frames only), which the recording says in a
-//! warning (see issue 35's note).
+//! Asserted: a Python frame shown is one that was running at that sample
+//! (every stack holding one of the three work functions holds exactly the
+//! 30 calls of `descend` above it, under `main` and `<module>`, or the
+//! innermost of them where the stack was cut), native code called from
+//! Python stays under the Python frame that called it (zlib under
+//! `py_worker`), the interpreter's eval loop itself is not shown where
+//! Python frames stand for it, and most samples show Python frames.
 //!
 //! Needs root (BPF): fails with the cause unless FLAMEREC_SKIP_BPF_TESTS=1;
 //! a CPython missing fails unless FLAMEREC_SKIP_PYTHON_TESTS=1.
@@ -23,7 +19,7 @@ use crate::common::*;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/python/known.py");
 
-fn cpythons() -> Vec<PathBuf> {
+fn cpythons() -> Vec<(u8, PathBuf)> {
     let found = flamerec_python::installed();
     let missing: Vec<u8> = (8..=13u8)
         .filter(|m| !found.iter().any(|(f, _)| f == m))
@@ -34,7 +30,18 @@ fn cpythons() -> Vec<PathBuf> {
         }
         panic!("no CPython 3.{missing:?} here (pyenv's or /usr/bin/python3.X); set FLAMEREC_SKIP_PYTHON_TESTS=1 where they cannot be installed");
     }
-    found.into_iter().map(|(_, p)| p).collect()
+    found
+}
+
+/// Root, or the cause (unless FLAMEREC_SKIP_BPF_TESTS=1: then `false`).
+fn bpf_usable() -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
+        return false;
+    }
+    panic!("Python frames are read with BPF, which needs root: run the tests as root or set FLAMEREC_SKIP_BPF_TESTS=1");
 }
 
 fn is_py(frame: &str, name: &str) -> bool {
@@ -43,72 +50,223 @@ fn is_py(frame: &str, name: &str) -> bool {
         .is_some_and(|r| r.starts_with(" (") && r.ends_with("known.py)"))
 }
 
+/// What one recording of `known.py` shows, checked frame by frame: every
+/// stack holding one of the three work functions holds the Python frames
+/// above it in their order — all of them (`<module>`, `main`, 30 ×
+/// `descend`) where the stack reaches the thread's entry, the innermost of
+/// them where it was cut — and no eval loop among them.
+struct Shown {
+    samples: u64,
+    /// Samples showing a frame of known.py.
+    named: u64,
+    /// Samples of a work function whose stack was cut.
+    cut_named: u64,
+    /// Samples of the worker in zlib, under `py_worker`.
+    worker_in_zlib: u64,
+}
+
+fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
+    let mut s = Shown {
+        samples: 0,
+        named: 0,
+        cut_named: 0,
+        worker_in_zlib: 0,
+    };
+    let mut above = vec!["<module>", "main"];
+    above.extend(["descend"; 30]);
+    for (frames, n) in stacks {
+        s.samples += n;
+        if frames.iter().any(|f| f.ends_with("known.py)")) {
+            s.named += n;
+        }
+        if let Some(w) = frames.iter().position(|x| is_py(x, "py_worker")) {
+            if frames[w + 1..]
+                .iter()
+                .any(|x| x.contains("compress") || x.contains("deflate"))
+            {
+                s.worker_in_zlib += n;
+            }
+        }
+        let Some(leaf) = frames.iter().position(|f| {
+            ["py_alpha", "py_beta", "py_gamma"]
+                .iter()
+                .any(|w| is_py(f, w))
+        }) else {
+            continue;
+        };
+        let line = frames.join(";");
+        let callers: Vec<&str> = frames[..leaf]
+            .iter()
+            .filter(|f| f.ends_with("known.py)"))
+            .map(|f| f.split(" (").next().unwrap())
+            .collect();
+        let whole = frames.get(1).is_some_and(|f| f == "_start");
+        if whole {
+            assert_eq!(callers, above, "{what}: {line}");
+        } else {
+            assert!(
+                !callers.is_empty() && above.ends_with(&callers),
+                "{what}: a cut stack's Python frames are not the innermost: {line}"
+            );
+            s.cut_named += n;
+        }
+        let first = frames.iter().position(|f| f.ends_with("known.py)"));
+        assert!(
+            !frames[first.unwrap()..]
+                .iter()
+                .any(|f| f == "_PyEval_EvalFrameDefault"),
+            "{what}: the eval loop shown beside its Python frames: {line}"
+        );
+    }
+    s
+}
+
+/// known.py on every CPython here. Named: ≥ 50% of samples. Measured
+/// 94.7–99.5% on an idle machine and beside two busy loops (the rest:
+/// start-up before the first Python frame, a thread's first samples before
+/// its state is read); a recording whose walks went wrong for a thread
+/// names well under half (its main thread has ≈ 3 in 4 samples).
 #[test]
 fn python_frames_stand_where_the_eval_loop_ran_them() {
-    if !is_root() {
-        if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
-            return;
-        }
-        panic!("Python frames are read with BPF, which needs root: run the tests as root or set FLAMEREC_SKIP_BPF_TESTS=1");
+    if !bpf_usable() {
+        return;
     }
     let dir = tmp();
-    for python in cpythons() {
+    for (_, python) in cpythons() {
         let what = python.display().to_string();
         let out = dir.path().join("known.frec");
         let Some(o) = record(&out, &[], &[python.to_str().unwrap(), SCRIPT, "1000"]) else {
             return;
         };
         assert!(o.status.success(), "{what}: {}", stderr(&o));
-        let stacks = fold(&out, &[]);
-        let mut walked = 0;
-        for (frames, n) in &stacks {
-            let Some(leaf) = frames.iter().position(|f| {
-                ["py_alpha", "py_beta", "py_gamma"]
-                    .iter()
-                    .any(|w| is_py(f, w))
-            }) else {
-                continue;
-            };
-            walked += n;
-            let line = frames.join(";");
-            let descend = frames.iter().filter(|f| is_py(f, "descend")).count();
-            assert_eq!(descend, 30, "{what}: {line}");
-            let main = frames.iter().position(|f| is_py(f, "main"));
-            let module = frames.iter().position(|f| is_py(f, "<module>"));
-            assert!(module < main && main < Some(leaf), "{what}: {line}");
-            assert!(
-                !frames[module.unwrap()..]
-                    .iter()
-                    .any(|f| f == "_PyEval_EvalFrameDefault"),
-                "{what}: the eval loop shown beside its Python frames: {line}"
-            );
+        let s = shown(&what, &fold(&out, &[]));
+        assert!(
+            s.named * 2 >= s.samples,
+            "{what}: {} of {} samples with Python frames: {}",
+            s.named,
+            s.samples,
+            stderr(&o)
+        );
+        assert!(s.worker_in_zlib > 0, "{what}: {}", stderr(&o));
+    }
+}
+
+/// With 4 KiB of stack copied, half the samples of known.py's 30-deep
+/// recursion are cut (measured on 3.8: 564 of 1,100, the rest completed
+/// from the live thread): their innermost Python frames stand where the
+/// innermost eval-loop calls ran, and none are shown for the calls the
+/// copy did not hold. Bound: cut stacks naming a work function ≥ 10% of
+/// samples (measured 50%).
+#[test]
+fn a_cut_stack_shows_the_python_frames_of_the_calls_it_holds() {
+    if !bpf_usable() {
+        return;
+    }
+    let Some((_, python)) = cpythons().into_iter().next() else {
+        return;
+    };
+    let what = python.display().to_string();
+    let dir = tmp();
+    let out = dir.path().join("cut.frec");
+    let Some(o) = record(
+        &out,
+        &["--stack-size", "4096"],
+        &[python.to_str().unwrap(), SCRIPT, "1000"],
+    ) else {
+        return;
+    };
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+    let s = shown(&what, &fold(&out, &[]));
+    assert!(
+        s.cut_named * 10 >= s.samples,
+        "{what}: {} of {} samples cut and named: {}",
+        s.cut_named,
+        s.samples,
+        stderr(&o)
+    );
+}
+
+/// Main loops in `spin_in_main` for argv[1] seconds once told to start,
+/// after starting a thread (with `_thread`, which does not wait for it).
+const STARTS_A_THREAD: &str = r#"
+import _thread, sys, time
+def spin_in_main():
+    s = 0
+    for i in range(20000):
+        s += i
+    return s
+print("ready", flush=True)
+sys.stdin.readline()
+_thread.start_new_thread(lambda: None, ())
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    spin_in_main()
+"#;
+
+/// Up to 3.11 a new thread's state carries the ids of the thread that made
+/// it until the new thread runs. Read in that window, it named the maker's
+/// thread id first (the newest state is listed first), and every later
+/// sample of the maker was walked on the new thread's frames: none paired,
+/// none named (seen on 3.8 under load: 1,070 of 1,510 samples). Here the
+/// new thread is held by ptrace before its first instruction for the
+/// recording's first second, then let go; the maker's frames must be read
+/// from then on. Expected ≈ 60% of samples named (1.5 of 2.5 s); the bound,
+/// 30%, leaves room for a recorder slow to start on a loaded machine (the
+/// hold and the recording both count from flamerec's start). Before the fix:
+/// 0 of ≈ 2,500.
+#[test]
+fn a_thread_read_before_it_ran_does_not_take_its_makers_frames() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    if !bpf_usable() {
+        return;
+    }
+    let dir = tmp();
+    for (minor, python) in cpythons() {
+        if !(minor == 8 || minor == 11) {
+            continue;
         }
-        let worker_in_zlib: u64 = stacks
-            .iter()
-            .filter(|(f, _)| {
-                f.iter()
-                    .position(|x| is_py(x, "py_worker"))
-                    .is_some_and(|w| {
-                        f[w + 1..]
-                            .iter()
-                            .any(|x| x.contains("compress") || x.contains("deflate"))
-                    })
-            })
-            .map(|(_, n)| n)
-            .sum();
-        // ≈ 1,000 samples of the main thread and a few hundred of the
-        // worker; even a run whose main thread went unwalked (it happens)
-        // walked the worker's.
+        let what = python.display().to_string();
+        let Some(running) = workload() else { return };
+        let mut py = Command::new(&python)
+            .args(["-c", STARTS_A_THREAD, "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start python");
+        let mut line = String::new();
+        BufReader::new(py.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n", "{what}");
+        let mut held = sys::HoldsNextThread::seize(py.id()).expect("trace python");
+        py.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        held.wait().expect("the new thread held");
+        let out = dir.path().join("held.frec");
+        let rec = flamerec()
+            .args(["record", "-q", "-d", "2.5", "-o"])
+            .arg(&out)
+            .args(["-p", &py.id().to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run flamerec");
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        drop(held);
+        let o = rec.wait_with_output().unwrap();
+        py.wait().unwrap();
+        drop(running);
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        let stacks = fold(&out, &[]);
+        let all: u64 = stacks.iter().map(|(_, n)| n).sum();
         let named: u64 = stacks
             .iter()
-            .filter(|(f, _)| f.iter().any(|x| x.ends_with("known.py)")))
+            .filter(|(f, _)| f.iter().any(|x| x.starts_with("spin_in_main (")))
             .map(|(_, n)| n)
             .sum();
         assert!(
-            named >= 10,
-            "{what}: {named} samples with Python frames: {}",
+            all > 1000 && named * 10 >= all * 3,
+            "{what}: {named} of {all} samples named spin_in_main: {}",
             stderr(&o)
         );
-        assert!(walked + worker_in_zlib > 0, "{what}: {}", stderr(&o));
     }
 }

@@ -29,6 +29,7 @@ pub mod code;
 pub mod layout;
 pub mod memory;
 
+use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -155,6 +156,25 @@ pub struct PyThread {
     pub cut: bool,
 }
 
+/// Clears the thread id of thread states that share one. A new thread's
+/// state is made by the thread that starts it, and up to 3.11 carries its
+/// maker's ids until the new thread runs and writes its own: read in that
+/// window, two states name the maker, and only one of them is its. Neither
+/// is trusted until a later read tells them apart.
+pub fn disown_shared_ids(threads: &mut [PyThread]) {
+    let mut seen: HashMap<u32, usize> = HashMap::new();
+    for t in threads.iter() {
+        if let Some(tid) = t.tid {
+            *seen.entry(tid).or_default() += 1;
+        }
+    }
+    for t in threads.iter_mut() {
+        if t.tid.is_some_and(|tid| seen[&tid] > 1) {
+            t.tid = None;
+        }
+    }
+}
+
 impl Interpreter {
     /// The CPython runtime of process `pid`, if one of its mappings holds
     /// `_PyRuntime`: `Ok(None)` for a process that runs no CPython.
@@ -226,6 +246,7 @@ impl Interpreter {
     /// Every thread state of every interpreter of the runtime, with its
     /// Python stack. `tids`: the process's threads (from /proc), which tell
     /// a thread id read from glibc's thread descriptor from a stray value.
+    /// A thread id two states claim is neither's (see [`disown_shared_ids`]).
     pub fn threads(&self, mem: &dyn Memory, tids: &[u32]) -> io::Result<Vec<PyThread>> {
         let l = &self.layout;
         let mut out = Vec::new();
@@ -247,6 +268,7 @@ impl Interpreter {
             }
             interp = mem.u64(interp.wrapping_add(l.interp_next))?;
         }
+        disown_shared_ids(&mut out);
         Ok(out)
     }
 
@@ -415,5 +437,37 @@ impl Walk {
         if !run.frames.is_empty() || marker.is_some() {
             self.runs.push(run);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(tid: Option<u32>, tstate: u64) -> PyThread {
+        PyThread {
+            tid,
+            tstate,
+            runs: Vec::new(),
+            cut: false,
+        }
+    }
+
+    #[test]
+    fn a_thread_id_two_states_claim_is_neithers() {
+        // The newest state first, as the runtime lists them: a thread
+        // started by 7 that has not run yet, then 7's own, then 9's.
+        let mut threads = vec![
+            thread(Some(7), 0x300),
+            thread(Some(7), 0x200),
+            thread(Some(9), 0x100),
+            thread(None, 0x50),
+        ];
+        disown_shared_ids(&mut threads);
+        let tids: Vec<_> = threads.iter().map(|t| (t.tstate, t.tid)).collect();
+        assert_eq!(
+            tids,
+            [(0x300, None), (0x200, None), (0x100, Some(9)), (0x50, None)]
+        );
     }
 }

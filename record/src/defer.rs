@@ -232,6 +232,7 @@ mod tests {
             ip: 0xffff_ffff_8100_0000,
             kernel: vec![0xffff_ffff_8100_0000],
             user: Vec::new(),
+            user_cut: false,
             python: None,
         }
     }

@@ -60,7 +60,8 @@ struct Proc {
     /// offset ranges there, once the mapping of the binary was handled.
     binary: Option<ModuleId>,
     eval: Vec<(u64, u64)>,
-    known: HashSet<u32>,
+    /// The threads the program knows, with their thread states.
+    known: HashMap<u32, u64>,
     refreshed: Option<Instant>,
 }
 
@@ -179,7 +180,7 @@ impl Python {
             interp,
             binary: None,
             eval: Vec::new(),
-            known: HashSet::new(),
+            known: HashMap::new(),
             refreshed: None,
         };
         p.place(pid, conv);
@@ -192,7 +193,7 @@ impl Python {
     pub(crate) fn thread_exited(&mut self, pid: u32, tid: u32) {
         self.walks.remove(&tid);
         if let Some(p) = self.procs.get_mut(&pid) {
-            if p.known.remove(&tid) {
+            if p.known.remove(&tid).is_some() {
                 let _ = self.maps.remove_thread(tid);
             }
         }
@@ -202,7 +203,7 @@ impl Python {
     pub(crate) fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
             let _ = self.maps.remove_process(pid);
-            for tid in p.known {
+            for tid in p.known.into_keys() {
                 let _ = self.maps.remove_thread(tid);
                 self.walks.remove(&tid);
             }
@@ -275,11 +276,12 @@ impl Python {
                 continue;
             };
             for t in threads {
-                if let Some(tid) = t.tid {
-                    if p.known.insert(tid) {
-                        // A thread the map cannot take stays unwalked.
-                        let _ = self.maps.add_thread(tid, t.tstate);
-                    }
+                // A thread not told yet is read again at its next sample
+                // without a walk.
+                let Some(tid) = t.tid else { continue };
+                if p.known.insert(tid, t.tstate) != Some(t.tstate) {
+                    // A thread the map cannot take stays unwalked.
+                    let _ = self.maps.add_thread(tid, t.tstate);
                 }
             }
         }
@@ -293,13 +295,17 @@ impl Python {
 
     /// Splices `walk` into `user` (sample of `pid`, leaf first): each run of
     /// Python frames where its eval-loop call is, the interpreter's frames
-    /// between two runs left out.
+    /// between two runs left out. Where `user` is `cut` short of the
+    /// thread's entry, its eval-loop calls are the innermost ones and pair
+    /// with as many innermost runs; the outer runs go with the native
+    /// frames that were not unwound (the stack stays cut).
     pub(crate) fn splice<W: io::Write>(
         &mut self,
         conv: &mut Converter<W>,
         pid: u32,
         walk: &Record,
         user: &mut Vec<Frame>,
+        cut: bool,
     ) {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
@@ -313,8 +319,15 @@ impl Python {
             Some(f.module) == p.binary && p.eval.iter().any(|&(a, b)| (a..b).contains(&f.address))
         };
         let evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
+        let mut runs = runs;
+        if cut && evals.len() < runs.len() {
+            runs.truncate(evals.len());
+        }
         if evals.len() != runs.len() {
             self.stats.unpaired += 1;
+            // The thread's state may have been taken for another's (read
+            // while a thread was starting): read the states again.
+            self.stale.insert(pid);
             return;
         }
         if runs.is_empty() {

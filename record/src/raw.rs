@@ -15,6 +15,8 @@ pub(crate) struct RawSample {
     pub kernel: Vec<u64>,
     /// User frames, leaf first.
     pub user: Vec<Frame>,
+    /// The user frames were unwound and stop short of the thread's entry.
+    pub user_cut: bool,
     /// The thread's Python frames, as the kernel walked them at the sample.
     pub python: Option<Box<flamerec_python::bpf::Record>>,
 }

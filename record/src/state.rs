@@ -430,6 +430,7 @@ impl<W: io::Write> State<W> {
             ip: s.ip,
             kernel: Vec::new(),
             user: Vec::new(),
+            user_cut: false,
             python: self
                 .python
                 .as_mut()
@@ -488,8 +489,14 @@ impl<W: io::Write> State<W> {
         }
         self.write_settled(settled);
         match unwound {
-            Ok(unwound) => self.count(&unwound),
-            Err(_) => self.counts.truncated += 1,
+            Ok(unwound) => {
+                raw.user_cut = matches!(unwound.outcome, Outcome::Truncated(_));
+                self.count(&unwound);
+            }
+            Err(_) => {
+                raw.user_cut = true;
+                self.counts.truncated += 1;
+            }
         }
         self.conv.unwound_frames(raw.pid, &addrs, &mut raw.user);
         self.user_addrs = addrs;
@@ -532,6 +539,7 @@ impl<W: io::Write> State<W> {
         for d in done {
             self.count(&d.unwound);
             let mut raw = d.sample.raw;
+            raw.user_cut = matches!(d.unwound.outcome, Outcome::Truncated(_));
             self.conv.unwound_frames(raw.pid, &d.addrs, &mut raw.user);
             self.finish_raw(raw);
         }
@@ -560,7 +568,7 @@ impl<W: io::Write> State<W> {
         self.jit
             .name_frames(self.conv.writer_mut(), raw.pid, raw.time, &mut raw.user);
         if let (Some(p), Some(walk)) = (&mut self.python, raw.python.take()) {
-            p.splice(&mut self.conv, raw.pid, &walk, &mut raw.user);
+            p.splice(&mut self.conv, raw.pid, &walk, &mut raw.user, raw.user_cut);
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
@@ -738,6 +746,7 @@ mod tests {
             ip: 0xffff_ffff_8100_0000,
             kernel: vec![0xffff_ffff_8100_0000],
             user: Vec::new(),
+            user_cut: false,
             python: None,
         };
         let ready = st.deferred.as_mut().unwrap().sample(cookie, raw);
