@@ -22,7 +22,8 @@
 //! or a JDK (`javac`, `java`) is missing.
 
 use crate::common::{
-    fold, measuring, python, record, record_in, remove_jit_files, runtime, share, stderr, tmp,
+    bpf_usable, fold, measuring, python, record, record_in, remove_jit_files, runtime, share,
+    stderr, tmp,
 };
 
 /// No advice to add a perf flag: the run had one.
@@ -130,7 +131,12 @@ fn python_perf_trampolines_are_unwound_through_and_named() {
     let dir = tmp();
     let out = dir.path().join("py.frec");
     let py = py.to_string_lossy().into_owned();
-    let Some(o) = record(&out, &[], &[&py, "-X", "perf", PY_PROGRAM, "400"]) else {
+    // The trampolines alone: Python frames from the frame chain off.
+    let Some(o) = record(
+        &out,
+        &["--python", "off"],
+        &[&py, "-X", "perf", PY_PROGRAM, "400"],
+    ) else {
         return;
     };
     // Gone before folding: the names must come from the recording.
@@ -161,6 +167,123 @@ fn python_perf_trampolines_are_unwound_through_and_named() {
             && s.iter().filter(|f| f.starts_with("py::deep:")).count() == 31
     });
     assert!(whole >= 97.0, "{whole:.1}% whole");
+}
+
+/// CPython 3.13 `-X perf_jit` buffers its jitdump (4 KiB): the loads and
+/// unwind tables of its trampolines reach the file long after the samples
+/// that ran them. The trampolines are found by their bytes in the arena
+/// CPython makes executable (before any runs), so stacks are whole from the
+/// first sample; the names come from the dump when it is flushed. Recorded
+/// with the frame chain off, so the trampolines alone carry the Python
+/// names. Before: 98.6% of stacks cut at the first trampoline.
+#[test]
+fn python_perf_jit_trampolines_are_unwound_before_the_dump_names_them() {
+    let Some(py) = python(13, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let Some(_machine) = measuring() else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("py.frec");
+    let py = py.to_string_lossy().into_owned();
+    let Some(o) = record_in(
+        Some(dir.path()),
+        &out,
+        &["--python", "off"],
+        &[&py, "-X", "perf_jit", PY_PROGRAM, "400"],
+    ) else {
+        return;
+    };
+    remove_jit_files(&out, Some(dir.path()));
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let stacks = fold(&out, &[]);
+    let named = |name: &'static str| {
+        move |s: &[String]| s.iter().any(|f| f.starts_with(&format!("py::{name}:")))
+    };
+    let ours: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| named("spin")(s))
+        .cloned()
+        .collect();
+    let n: u64 = ours.iter().map(|s| s.1).sum();
+    assert!(n > 500, "only {n} samples in spin: {}", stderr(&o));
+    let whole = share(&ours, |s| {
+        s.get(1).is_some_and(|f| f == "_start")
+            && s.iter().filter(|f| f.starts_with("py::deep:")).count() == 31
+    });
+    assert!(whole >= 97.0, "{whole:.1}% whole");
+    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
+        let got = share(&ours, named(name));
+        assert!(
+            (got - want).abs() <= MARGIN,
+            "{name} {got:.1}% of {n} samples, {want}% expected"
+        );
+    }
+}
+
+/// With `-X perf` and the frame chain read at the sample (the default), a
+/// trampoline beside the Python frame it called names the same code and is
+/// left out: each Python frame is shown once. Trampolines that name other
+/// code would stay and be counted in a warning; none are expected (both
+/// are read at the same sample).
+#[test]
+fn python_frames_are_shown_once_beside_perf_trampolines() {
+    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    if !bpf_usable() {
+        return;
+    }
+    let Some(_machine) = measuring() else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("py.frec");
+    let py = py.to_string_lossy().into_owned();
+    let Some(o) = record(&out, &[], &[&py, "-X", "perf", PY_PROGRAM, "400"]) else {
+        return;
+    };
+    remove_jit_files(&out, Some(dir.path()));
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    assert!(!stderr(&o).contains("trampolines"), "{}", stderr(&o));
+    let stacks = fold(&out, &[]);
+    let chain = |name: &'static str| {
+        move |s: &[String]| {
+            s.iter()
+                .any(|f| f.starts_with(&format!("{name} (")) && f.ends_with("known-profile.py)"))
+        }
+    };
+    let ours: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| chain("spin")(s))
+        .cloned()
+        .collect();
+    let n: u64 = ours.iter().map(|s| s.1).sum();
+    assert!(n > 500, "only {n} samples in spin");
+    for (s, _) in &ours {
+        assert!(
+            !s.iter().any(|f| f.starts_with("py::")),
+            "a trampoline beside the frames it called: {}",
+            s.join(";")
+        );
+    }
+    // Whole: from _start through the 31 calls of `deep`, each shown once.
+    let whole = share(&ours, |s| {
+        s.get(1).is_some_and(|f| f == "_start")
+            && s.iter()
+                .filter(|f| chain("deep")(std::slice::from_ref(*f)))
+                .count()
+                == 31
+    });
+    assert!(whole >= 97.0, "{whole:.1}% whole");
+    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
+        let got = share(&ours, chain(name));
+        assert!(
+            (got - want).abs() <= MARGIN,
+            "{name} {got:.1}% of {n} samples, {want}% expected"
+        );
+    }
 }
 
 #[test]

@@ -33,17 +33,6 @@ fn cpythons() -> Vec<(u8, PathBuf)> {
     found
 }
 
-/// Root, or the cause (unless FLAMEREC_SKIP_BPF_TESTS=1: then `false`).
-fn bpf_usable() -> bool {
-    if is_root() {
-        return true;
-    }
-    if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
-        return false;
-    }
-    panic!("Python frames are read with BPF, which needs root: run the tests as root or set FLAMEREC_SKIP_BPF_TESTS=1");
-}
-
 fn is_py(frame: &str, name: &str) -> bool {
     frame
         .strip_prefix(name)
@@ -132,7 +121,7 @@ fn python_frames_stand_where_the_eval_loop_ran_them() {
         return;
     }
     let dir = tmp();
-    for (_, python) in cpythons() {
+    for (minor, python) in cpythons() {
         let what = python.display().to_string();
         let out = dir.path().join("known.frec");
         let Some(o) = record(&out, &[], &[python.to_str().unwrap(), SCRIPT, "1000"]) else {
@@ -140,6 +129,18 @@ fn python_frames_stand_where_the_eval_loop_ran_them() {
         };
         assert!(o.status.success(), "{what}: {}", stderr(&o));
         let s = shown(&what, &fold(&out, &[]));
+        // `info` names the version and counts what its samples showed.
+        let info = info_json(&out);
+        let py = &info["python"];
+        assert_eq!(py.as_array().map(Vec::len), Some(1), "{what}: {info}");
+        let version = py[0]["version"].as_str().unwrap_or("");
+        assert!(
+            version.starts_with(&format!("3.{minor}.")),
+            "{what}: {info}"
+        );
+        assert_eq!(py[0]["read"], "at-sample", "{what}: {info}");
+        let with = py[0]["samples_with_frames"].as_u64().unwrap_or(0);
+        assert!(with * 2 >= s.samples, "{what}: {info}");
         assert!(
             s.named * 2 >= s.samples,
             "{what}: {} of {} samples with Python frames: {}",
@@ -269,4 +270,59 @@ fn a_thread_read_before_it_ran_does_not_take_its_makers_frames() {
             stderr(&o)
         );
     }
+}
+
+/// A CPython flamerec has no layout for (3.7 here) gets one warning that
+/// names it, and its samples keep their native frames: nothing is read
+/// from it with a wrong layout.
+#[test]
+fn a_cpython_without_a_known_layout_is_named_once_and_left_native() {
+    if !bpf_usable() {
+        return;
+    }
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".pyenv"));
+    let python = std::fs::read_dir(root.join("versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin/python3.7"))
+        .find(|p| p.is_file());
+    let Some(python) = python else {
+        if std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
+            return;
+        }
+        panic!("no pyenv CPython 3.7 here (the version without a layout the test needs); set FLAMEREC_SKIP_PYTHON_TESTS=1 where it cannot be installed");
+    };
+    let dir = tmp();
+    let out = dir.path().join("old.frec");
+    let Some(o) = record(
+        &out,
+        &[],
+        &[
+            python.to_str().unwrap(),
+            "-c",
+            "sum(i * i for i in range(3_000_000))",
+        ],
+    ) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(
+        err.matches("CPython 3.7 ran, a version flamerec has no layout for")
+            .count(),
+        1,
+        "{err}"
+    );
+    let info = info_json(&out);
+    assert_eq!(info["python"], serde_json::json!([]), "{info}");
+    let stacks = fold(&out, &[]);
+    assert!(
+        stacks
+            .iter()
+            .any(|(f, _)| f.iter().any(|x| x == "_PyEval_EvalFrameDefault")),
+        "native frames kept"
+    );
 }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::io::Read;
 
-use crate::{Damage, Event, FormatError, Metadata, NamesState, ReadGap, Reader};
+use crate::{Damage, Event, FormatError, Metadata, NamesState, PythonRead, ReadGap, Reader};
 
 /// Figures of one recording.
 #[derive(Debug, Clone)]
@@ -54,6 +54,8 @@ pub struct Summary {
     pub named_frames: u64,
     /// Why the names section could not be read whole, if so.
     pub names_damage: Option<String>,
+    /// The CPython versions whose Python frames were read.
+    pub python: Vec<PythonRead>,
 }
 
 impl Summary {
@@ -109,6 +111,7 @@ impl Summary {
             names: reader.names().state(),
             named_frames: reader.names().frames.len() as u64,
             names_damage: reader.names().damage.clone(),
+            python: Vec::new(),
         };
         if let Some(t) = totals {
             s.lost_samples = t.lost_samples;
@@ -124,6 +127,7 @@ impl Summary {
             s.deferred_stitched = t.deferred_stitched;
             s.deferred_unmatched_samples = t.deferred_unmatched_samples;
             s.deferred_orphan_records = t.deferred_orphan_records;
+            s.python = t.python;
         }
         Ok(s)
     }

@@ -91,6 +91,26 @@ pub struct Totals {
     /// round that read one), the longest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_gap_before_loss: Option<ReadGap>,
+    /// The CPython versions whose Python frames were read, and how it
+    /// went. Absent in files of older recorders and where no CPython ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python: Vec<PythonRead>,
+}
+
+/// The Python frames of one CPython version's processes in a recording.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonRead {
+    /// The version, `3.12.1`.
+    pub version: String,
+    /// How its frames were read: `at-sample` (walked in the kernel at
+    /// each sample).
+    pub read: String,
+    /// Its processes.
+    pub processes: u64,
+    /// Samples of its threads whose Python frames were shown.
+    pub samples_with_frames: u64,
+    /// Samples of its threads that kept their native frames only.
+    pub samples_native_only: u64,
 }
 
 /// One interval between two reads of the rings, in microseconds: its

@@ -21,6 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
+use std::ops::Range;
 use std::path::Path;
 
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, Writer};
@@ -61,6 +62,9 @@ pub(crate) struct JitNames {
     /// still unnamed (see [`setup_advice`]).
     unnamed: HashMap<(u32, u64), u64>,
     comms: HashMap<u32, String>,
+    /// Processes that mapped a CPython binary: their anonymous executable
+    /// memory is searched for perf trampolines (see [`find_trampolines`]).
+    cpython: HashSet<u32>,
     /// Processes whose dump was said to be on another clock.
     clock_said: HashSet<u32>,
     warnings: Vec<String>,
@@ -75,9 +79,15 @@ impl JitNames {
         &mut self,
         pid: u32,
         path: &str,
+        range: Range<u64>,
         now: u64,
-        u: Option<&mut StackUnwinder>,
+        mut u: Option<&mut StackUnwinder>,
     ) {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        if base.starts_with("libpython3") || base.starts_with("python3") {
+            self.cpython.insert(pid);
+            return;
+        }
         if is_jitdump(path) {
             let Some(s) = self.follow(pid) else { return };
             if !s.dumps.iter().any(|(d, _)| d.path() == Path::new(path)) {
@@ -89,6 +99,11 @@ impl JitNames {
             }
         } else if Module::mapped(path, &[]).kind == ModuleKind::Anonymous {
             self.follow(pid);
+            if self.cpython.contains(&pid) {
+                if let Some(u) = u.as_deref_mut() {
+                    find_trampolines(pid, range, u);
+                }
+            }
         } else {
             return;
         }
@@ -201,6 +216,11 @@ impl JitNames {
                 None => {}
             }
         }
+    }
+
+    /// The name a JIT frame of `module` was given, if it is one.
+    pub(crate) fn name_of(&self, module: ModuleId) -> Option<&str> {
+        self.names.get(&module).map(String::as_str)
     }
 
     fn unnamed_leaf(&mut self, pid: u32, addr: u64) {
@@ -414,6 +434,37 @@ fn register(pid: u32, s: &mut Sources, u: &mut StackUnwinder) {
         }
     }
     s.map_done = entries.len();
+}
+
+/// The most bytes of one executable mapping searched for trampolines:
+/// CPython's arenas are 16 pages.
+const MAX_ARENA: u64 = 4 << 20;
+
+/// Registers the CPython perf trampolines in `range`, anonymous executable
+/// memory of CPython process `pid`, read from the process: CPython fills
+/// each arena with copies of its trampoline, 16-byte aligned, before it
+/// makes the arena executable, and never writes it again. Found by their
+/// bytes, they are stepped from the first sample, before the perf map line
+/// or jitdump load naming them is read (3.13's `-X perf_jit` buffers its
+/// dump: its loads come after the samples that ran them). Bytes that are a
+/// trampoline's instructions unwind as those instructions, whoever wrote
+/// them.
+fn find_trampolines(pid: u32, range: Range<u64>, u: &mut StackUnwinder) {
+    let len = (range.end.saturating_sub(range.start)).min(MAX_ARENA) as usize;
+    let mut code = vec![0; len];
+    let Ok(n) = flamerec_perf::sys::read_remote(pid, range.start, &mut code) else {
+        return;
+    };
+    code.truncate(n);
+    let lens = [8, 11, 12, 15];
+    for at in (0..code.len()).step_by(16) {
+        let shape = lens
+            .iter()
+            .find_map(|&l| code.get(at..at + l).and_then(TrampolineShape::from_code));
+        if let Some(shape) = shape {
+            u.add_trampoline(pid, range.start + at as u64, shape);
+        }
+    }
 }
 
 /// A runtime's jitdump: `jit-<pid>.dump` (the name perf looks for).

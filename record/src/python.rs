@@ -17,16 +17,16 @@
 //! section. It never guesses: a sample whose runs and eval-loop frames do
 //! not pair one for one keeps its native frames alone, and is counted.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use flamerec_bpf::{Program, RingBuffer};
 use flamerec_convert::Converter;
-use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind};
+use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
 use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
-use flamerec_python::{CodeInfo, Interpreter, Memory, Process};
+use flamerec_python::{CodeInfo, FindError, Interpreter, Memory, Process};
 
 use crate::rings::Event;
 use crate::sys;
@@ -51,6 +51,10 @@ pub(crate) struct PythonStats {
     pub unwalked: u64,
     /// Samples whose runs and eval-loop frames did not pair one for one.
     pub unpaired: u64,
+    /// Perf trampolines left out beside the Python frame they name.
+    pub trampolines_named_alike: u64,
+    /// Perf trampolines kept: beside a Python frame of other code.
+    pub trampolines_named_otherwise: u64,
 }
 
 /// One CPython process.
@@ -63,6 +67,9 @@ struct Proc {
     /// The threads the program knows, with their thread states.
     known: HashMap<u32, u64>,
     refreshed: Option<Instant>,
+    /// Its samples with Python frames shown, and those left native.
+    shown: u64,
+    native_only: u64,
 }
 
 impl Proc {
@@ -89,9 +96,12 @@ impl Proc {
 }
 
 /// A code object's frame.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct CodeFrame {
     frame: Frame,
+    /// What CPython's perf trampolines (`-X perf`, `-X perf_jit`) name
+    /// this code: `py::qualname:file`.
+    trampoline: String,
     /// 3.11+: instructions before this are an incomplete frame's.
     first_traceable: Option<i64>,
 }
@@ -113,6 +123,18 @@ pub(crate) struct Python {
     /// Names of the Python frames, for the names section.
     pub names: Vec<(FrameId, Vec<String>)>,
     pub stats: PythonStats,
+    /// By version, the processes gone and what their samples showed.
+    read: BTreeMap<String, PythonRead>,
+    /// CPython versions found that no layout is known for.
+    unknown: BTreeSet<String>,
+}
+
+/// What the recording learnt of Python frames, at its end.
+pub(crate) struct PythonEnd {
+    pub names: Vec<(FrameId, Vec<String>)>,
+    pub stats: PythonStats,
+    pub read: Vec<PythonRead>,
+    pub warnings: Vec<String>,
 }
 
 impl Python {
@@ -145,6 +167,8 @@ impl Python {
                 stale: HashSet::new(),
                 names: Vec::new(),
                 stats: PythonStats::default(),
+                read: BTreeMap::new(),
+                unknown: BTreeSet::new(),
             },
             ring,
         ))
@@ -165,10 +189,18 @@ impl Python {
         {
             return;
         }
-        let Ok(Some(interp)) = Interpreter::find(pid) else {
-            return;
+        let interp = match Interpreter::find(pid) {
+            Ok(Some(interp)) => interp,
+            Err(FindError::UnknownVersion(major, minor, _)) => {
+                self.unknown.insert(format!("{major}.{minor}"));
+                return;
+            }
+            _ => return,
         };
         let Some(index) = layout_index(&interp.layout) else {
+            // A 3.13 that publishes other offsets than 3.13.0's.
+            let (major, minor, micro) = interp.version;
+            self.unknown.insert(format!("{major}.{minor}.{micro}"));
             return;
         };
         if attach(&mut self.unattached, &self.program).is_err()
@@ -182,6 +214,8 @@ impl Python {
             eval: Vec::new(),
             known: HashMap::new(),
             refreshed: None,
+            shown: 0,
+            native_only: 0,
         };
         p.place(pid, conv);
         self.procs.insert(pid, p);
@@ -203,12 +237,47 @@ impl Python {
     pub(crate) fn forget(&mut self, pid: u32) {
         if let Some(p) = self.procs.remove(&pid) {
             let _ = self.maps.remove_process(pid);
+            self.count_gone(&p);
             for tid in p.known.into_keys() {
                 let _ = self.maps.remove_thread(tid);
                 self.walks.remove(&tid);
             }
         }
         self.code_frames.retain(|&(p, _), _| p != pid);
+    }
+
+    /// Adds a process's counts to its version's.
+    fn count_gone(&mut self, p: &Proc) {
+        let (major, minor, micro) = p.interp.version;
+        let r = self
+            .read
+            .entry(format!("{major}.{minor}.{micro}"))
+            .or_insert_with_key(|version| PythonRead {
+                version: version.clone(),
+                read: "at-sample".into(),
+                ..PythonRead::default()
+            });
+        r.processes += 1;
+        r.samples_with_frames += p.shown;
+        r.samples_native_only += p.native_only;
+    }
+
+    /// The end of the recording: names, counts, and what to say.
+    pub(crate) fn finish(mut self) -> PythonEnd {
+        for p in std::mem::take(&mut self.procs).into_values() {
+            self.count_gone(&p);
+        }
+        let warnings = self
+            .unknown
+            .iter()
+            .map(|v| format!("CPython {v} ran, a version flamerec has no layout for (it knows 3.8 to 3.13.0's): its samples keep their native frames"))
+            .collect();
+        PythonEnd {
+            names: self.names,
+            stats: self.stats,
+            read: self.read.into_values().collect(),
+            warnings,
+        }
     }
 
     /// The walks the program wrote, from the ring.
@@ -253,6 +322,9 @@ impl Python {
             Some(w) => Some(Box::new(w)),
             None => {
                 self.stats.unwalked += 1;
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.native_only += 1;
+                }
                 self.stale.insert(pid);
                 None
             }
@@ -299,13 +371,14 @@ impl Python {
     /// thread's entry, its eval-loop calls are the innermost ones and pair
     /// with as many innermost runs; the outer runs go with the native
     /// frames that were not unwound (the stack stays cut).
-    pub(crate) fn splice<W: io::Write>(
+    pub(crate) fn splice<'a, W: io::Write>(
         &mut self,
         conv: &mut Converter<W>,
         pid: u32,
         walk: &Record,
         user: &mut Vec<Frame>,
         cut: bool,
+        jit_name: impl Fn(ModuleId) -> Option<&'a str>,
     ) {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
@@ -325,6 +398,9 @@ impl Python {
         }
         if evals.len() != runs.len() {
             self.stats.unpaired += 1;
+            if let Some(p) = self.procs.get_mut(&pid) {
+                p.native_only += 1;
+            }
             // The thread's state may have been taken for another's (read
             // while a thread was starting): read the states again.
             self.stale.insert(pid);
@@ -338,16 +414,37 @@ impl Python {
         let mut out =
             Vec::with_capacity(user.len() + runs.iter().map(|r| r.frames.len()).sum::<usize>());
         let mut next = 0;
+        // The code of the last run's outermost frame, whose trampoline
+        // (if any) is the next frame.
+        let mut outermost: Option<u64> = None;
         for (i, f) in user.iter().enumerate() {
             if next < evals.len() && evals[next] == i {
+                outermost = None;
                 for py in &runs[next].frames {
-                    if let Some(cf) = self.code_frame(conv, pid, py.code) {
-                        if cf.first_traceable.is_none_or(|first| py.instr >= first) {
-                            out.push(cf.frame);
+                    if let Some((frame, first_traceable)) = self.code_frame(conv, pid, py.code) {
+                        if first_traceable.is_none_or(|first| py.instr >= first) {
+                            out.push(frame);
+                            outermost = Some(py.code);
                         }
                     }
                 }
                 next += 1;
+                continue;
+            }
+            let beside = outermost
+                .take()
+                .and_then(|code| self.code_frames.get(&(pid, code)));
+            if let Some(name) = jit_name(f.module).filter(|n| n.starts_with("py::")) {
+                // A trampoline calls the eval loop: the frame right after a
+                // run names the run's outermost code, shown already.
+                if beside.is_some_and(|cf| cf.trampoline == name) {
+                    self.stats.trampolines_named_alike += 1;
+                    continue;
+                }
+                if beside.is_some() {
+                    self.stats.trampolines_named_otherwise += 1;
+                }
+                out.push(*f);
             } else if next > 0 && next < evals.len() && Some(f.module) == binary {
                 // The interpreter's own frames between two runs.
             } else {
@@ -356,17 +453,21 @@ impl Python {
         }
         *user = out;
         self.stats.spliced += 1;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.shown += 1;
+        }
     }
 
-    /// The frame of code object `code` of `pid`, named the first time.
+    /// The frame of code object `code` of `pid`, named the first time, and
+    /// its first traceable instruction (3.11+).
     fn code_frame<W: io::Write>(
         &mut self,
         conv: &mut Converter<W>,
         pid: u32,
         code: u64,
-    ) -> Option<CodeFrame> {
+    ) -> Option<(Frame, Option<i64>)> {
         if let Some(cf) = self.code_frames.get(&(pid, code)) {
-            return Some(*cf);
+            return Some((cf.frame, cf.first_traceable));
         }
         let p = self.procs.get(&pid)?;
         let mem = Process(pid);
@@ -393,10 +494,11 @@ impl Python {
             .push((id, vec![format!("{} ({})", info.name, info.file)]));
         let cf = CodeFrame {
             frame,
+            trampoline: format!("py::{}:{}", info.name, info.file),
             first_traceable,
         };
         self.code_frames.insert((pid, code), cf);
-        Some(cf)
+        Some((frame, first_traceable))
     }
 }
 

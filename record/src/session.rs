@@ -515,14 +515,19 @@ impl Session {
         }
         let Finished {
             writer,
-            totals,
+            mut totals,
             mut warnings,
             loss_warning,
             python,
             jit_names,
         } = st.finish(duration.as_nanos() as u64);
-        let (mut own_names, py_stats) = python.unwrap_or_default();
-        warnings.extend(python_warning(&py_stats));
+        let mut own_names = Vec::new();
+        if let Some(py) = python {
+            warnings.extend(python_warnings(&py.stats));
+            warnings.extend(py.warnings);
+            totals.python = py.read;
+            own_names = py.names;
+        }
         // Frames the recorder named itself (Python code, JIT code): no
         // binary can name them later.
         own_names.extend(jit_names);
@@ -622,17 +627,26 @@ fn write_own_names<W: io::Write>(
 }
 
 /// What the user should know about samples of CPython threads that kept
-/// their native frames only (more than 1% of them).
-fn python_warning(s: &crate::python::PythonStats) -> Option<String> {
+/// their native frames only (more than 1% of them), and about perf
+/// trampolines that named other code than the Python frame they called.
+fn python_warnings(s: &crate::python::PythonStats) -> Vec<String> {
+    let mut out = Vec::new();
     let alone = s.unwalked + s.unpaired;
     let all = alone + s.spliced;
-    if alone * 100 <= all {
-        return None;
+    if alone * 100 > all {
+        out.push(format!(
+            "{alone} of {all} samples of CPython threads kept their native frames only: {} came with no walk of their Python frames at the sample (taken before flamerec knew their thread, which it reads when it first samples one it does not know, or not walked by the kernel), {} had runs of Python frames and eval-loop frames that did not pair one for one",
+            s.unwalked, s.unpaired
+        ));
     }
-    Some(format!(
-        "{alone} of {all} samples of CPython threads kept their native frames only: {} came with no walk of their Python frames at the sample (taken before flamerec knew their thread, which it reads when it first samples one it does not know, or not walked by the kernel), {} had runs of Python frames and eval-loop frames that did not pair one for one",
-        s.unwalked, s.unpaired
-    ))
+    if s.trampolines_named_otherwise > 0 {
+        out.push(format!(
+            "{} of {} perf trampolines (-X perf) named other code than the Python frame they called, read at the sample; both are shown",
+            s.trampolines_named_otherwise,
+            s.trampolines_named_otherwise + s.trampolines_named_alike
+        ));
+    }
+    out
 }
 
 /// Moves the rings of `events` to `n` reader threads.

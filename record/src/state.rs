@@ -34,7 +34,7 @@ use crate::jit::JitNames;
 use crate::kernel::{KernelFrames, TrimRules};
 use crate::loss::Losses;
 use crate::offcpu::Blocked;
-use crate::python::{Python, PythonStats};
+use crate::python::{Python, PythonEnd};
 use crate::raw::RawSample;
 use crate::rings::{self, Event};
 use crate::sys;
@@ -83,9 +83,6 @@ struct Counts {
     malformed: u64,
 }
 
-/// Names of frames the recorder named itself, by frame id.
-pub(crate) type FrameNames = Vec<(flamerec_format::FrameId, Vec<String>)>;
-
 /// What a finished state hands back.
 pub(crate) struct Finished<W: io::Write> {
     pub writer: Writer<W>,
@@ -95,7 +92,7 @@ pub(crate) struct Finished<W: io::Write> {
     pub loss_warning: Option<String>,
     /// Names of the Python frames, for the names section, and what
     /// happened to Python samples.
-    pub python: Option<(FrameNames, PythonStats)>,
+    pub python: Option<PythonEnd>,
     /// The names of the JIT frames, for the names section (ascending ids).
     pub jit_names: Vec<(u32, Vec<String>)>,
 }
@@ -213,7 +210,8 @@ impl<W: io::Write> State<W> {
             p.mapped(pid, path, &self.conv);
         }
         let now = sys::monotonic_ns();
-        self.jit.mapping(pid, path, now, self.conv.unwinder_mut());
+        self.jit
+            .mapping(pid, path, start..end, now, self.conv.unwinder_mut());
     }
 
     /// One drain round: the records of every ring, in time order (see
@@ -296,8 +294,13 @@ impl<W: io::Write> State<W> {
                 if let Some(p) = &mut self.python {
                     p.mapped(pid, filename, &self.conv);
                 }
-                self.jit
-                    .mapping(pid, filename, sys::monotonic_ns(), self.conv.unwinder_mut());
+                self.jit.mapping(
+                    pid,
+                    filename,
+                    addr..addr.saturating_add(len),
+                    sys::monotonic_ns(),
+                    self.conv.unwinder_mut(),
+                );
             }
             PerfRecord::Comm {
                 pid,
@@ -568,7 +571,15 @@ impl<W: io::Write> State<W> {
         self.jit
             .name_frames(self.conv.writer_mut(), raw.pid, raw.time, &mut raw.user);
         if let (Some(p), Some(walk)) = (&mut self.python, raw.python.take()) {
-            p.splice(&mut self.conv, raw.pid, &walk, &mut raw.user, raw.user_cut);
+            let jit = &self.jit;
+            p.splice(
+                &mut self.conv,
+                raw.pid,
+                &walk,
+                &mut raw.user,
+                raw.user_cut,
+                |m| jit.name_of(m),
+            );
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
@@ -683,7 +694,7 @@ impl<W: io::Write> State<W> {
             ));
         }
         Finished {
-            python: self.python.take().map(|p| (p.names, p.stats)),
+            python: self.python.take().map(Python::finish),
             loss_warning: self.losses.warning(samples),
             writer: self.conv.into_writer(),
             totals,

@@ -92,6 +92,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             },
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
+            "python": s.python,
             "missing": missing,
             "warnings": warnings,
         });
@@ -180,6 +181,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         writeln!(w, "weight:     {} {unit}", s.weight)?;
     }
     writeln!(w, "processes:  {}, threads: {}", s.processes, s.threads)?;
+    for py in &s.python {
+        let how = match py.read.as_str() {
+            "at-sample" => "frames read at each sample, in the kernel",
+            other => other,
+        };
+        writeln!(
+            w,
+            "python:     CPython {} ({} process{}): {how}; {} samples showed them, {} kept native frames only",
+            py.version,
+            py.processes,
+            if py.processes == 1 { "" } else { "es" },
+            py.samples_with_frames,
+            py.samples_native_only
+        )?;
+    }
     let names = match (s.names, &s.names_damage) {
         (_, Some(why)) => format!("partial: the names section is {why}"),
         (NamesState::Embedded, None) => "embedded".to_string(),

@@ -409,6 +409,19 @@ pub fn is_root() -> bool {
     sys::euid() == 0
 }
 
+/// Whether BPF programs can be loaded (as root), else the cause unless
+/// FLAMEREC_SKIP_BPF_TESTS=1 (then `false`): Python frames are read with
+/// BPF.
+pub fn bpf_usable() -> bool {
+    if is_root() {
+        return true;
+    }
+    if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
+        return false;
+    }
+    panic!("Python frames are read with BPF, which needs root: run the tests as root or set FLAMEREC_SKIP_BPF_TESTS=1");
+}
+
 /// Compiles C with the system's gcc in `dir` (`args` as gcc takes them);
 /// a missing gcc or a failed build fails the test, naming it.
 pub fn gcc(dir: &Path, args: &[&str]) {
