@@ -58,6 +58,18 @@ RESULT=$ROOT/bench/RESULTS.md
     [ -z "$FLAMEREC_DWARF_NA" ] || echo "- flamerec dwarf: $FLAMEREC_DWARF_NA."
     [ -n "$SAMPLY_NA" ] || echo "- samply recorded with kernel.perf_event_paranoid lowered to 1 for its runs only (restored after each)."
     echo "- Rows after the fold memory rows come from \`bench/rows/*.sh\` (see bench/README.md for what each runs)."
+    if [ -s "$OUT/runtimes.md" ]; then
+        echo
+        echo "## Interpreters and JITs"
+        echo
+        echo "Known-profile programs (fa, fb, fc: 50/30/20 of the time) under each runtime, from \`bench/rows/36-python.sh\` and \`37-jit.sh\`; figures of the last run's recording, wall and CPU medians over the runs. A goal's verdict is in brackets."
+        echo
+        cat "$OUT/runtimes.md"
+        if [ -s "$OUT/runtimes-notes.md" ]; then
+            echo
+            cat "$OUT/runtimes-notes.md"
+        fi
+    fi
     echo "- Fold times: flamerec \`fold ${FOLD_CACHE[*]}\` (symbol cache off) vs \`perf script | inferno-collapse-perf\`; wall time of the bare commands (clock read with bash's \$EPOCHREALTIME, no process started around them); peak memory is \`/usr/bin/time\`'s maximum RSS of \`flamerec fold\` and of \`perf script\` in a second run."
     echo
     echo "## Medians (and least times) behind the table"
