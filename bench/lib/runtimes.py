@@ -15,8 +15,8 @@ usage:
         thread's entry (as `whole`), and the shares of A, B and C among the samples whose
         innermost program frame is one of them (tab-separated)
   runtimes.py agree FOLDED PROGRAM
-      → stacks holding both a frame-chain frame and a trampoline frame of PROGRAM, and how many
-        of them name different innermost functions (tab-separated)
+      → samples showing frame-chain frames of PROGRAM, and how many of them still show a perf
+        trampoline of it (tab-separated; see agree())
   runtimes.py unnamed FOLDED → % of samples whose leaf is anonymous memory no name was found
         for (flamerec's `[anon]+0x…`, perf's `[unknown]` or `perf-PID.map+0x…`)
   runtimes.py samply PROFILE.json.gz → samply's saved profile as folded text (the thread's
@@ -126,15 +126,17 @@ def unnamed(path):
 
 
 def agree(path, program):
-    both = differ = 0
+    """Samples showing frames of PROGRAM from the frame chain, and how many of them still show a
+    perf trampoline: the recorder drops a trampoline beside the frame it names, so one left
+    beside chain frames named other code at that sample (or stood where no run was spliced)."""
+    chain = left = 0
     for frames, n in stacks(path):
-        chain = [p[0] for p in (program_frame(f, program) for f in frames) if p and p[1] == "chain"]
-        tramp = [p[0] for p in (program_frame(f, program) for f in frames) if p and p[1] == "trampoline"]
-        if chain and tramp:
-            both += n
-            if chain[-1] != tramp[-1]:
-                differ += n
-    return [str(both), str(differ)]
+        mine = [p for p in (program_frame(f, program) for f in frames) if p]
+        if any(how == "chain" for _, how in mine):
+            chain += n
+            if any(how == "trampoline" for _, how in mine):
+                left += n
+    return [str(chain), str(left)]
 
 
 def top(path, count):

@@ -8,8 +8,9 @@
 # Figures (bench/lib/runtimes.py, last run's recording): samples; % of samples showing a frame
 # of the program; % of those whole from `<module>`; fa/fb/fc among the samples in one of them;
 # wall over bare (medians); recorder CPU per sample (CPU of the recorded run − the bare run's,
-# over the samples; samples: median over the runs). Then: exactness (flamerec with -X perf: the innermost Python function read
-# from the frame chain against the one the trampolines name, alone and beside two busy loops),
+# over the samples; samples: median over the runs). Then: exactness (flamerec with -X perf: the
+# share of samples with frame-chain frames where a trampoline naming other code was kept, alone
+# and beside two busy loops),
 # and a real program: pip installing five pinned wheels from a local directory, its heaviest
 # Python functions under flamerec and py-spy side by side.
 
@@ -166,7 +167,7 @@ if [ -n "${PY_BIN[12]:-}" ]; then
         "$FLAMEREC" fold "$g" 2> /dev/null > "$g.folded"
         read -r both differ < <(python3 "$RT" agree "$g.folded" known-profile)
         pct=$(calc "100 * $differ / $both")
-        echo "- Exactness, CPython 3.12 \`-X perf\`, $which$([ $which = busy ] && echo ' (two busy loops beside it)'): of $both samples where both the frame chain (read at the sample) and the perf trampolines name Python functions, $differ ($(fmt %.2f%% "$pct")) name different innermost functions (goal ≤ 1%: $(holds "$pct" "<=" 1))." >> "$PY_NOTES"
+        echo "- Exactness, CPython 3.12 \`-X perf\`, $which$([ $which = busy ] && echo ' (two busy loops beside it)'): of $both samples showing Python frames read from the frame chain at the sample, $differ ($(fmt %.2f%% "$pct")) still show a perf trampoline, which the recorder keeps only where it names other code than the frame it called (goal ≤ 1%: $(holds "$pct" "<=" 1))." >> "$PY_NOTES"
     done
 fi
 

@@ -153,11 +153,10 @@ pub struct RecordOptions {
 /// runs with every sampling event, as root).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PythonFrames {
-    /// From the start for a command that is CPython or a script that starts
-    /// it (named `python*`, or a `#!` script naming python or pyenv); else
+    /// From the start for a command (its processes take the program as
+    /// their inherited events have it when forked); with `-p` and `-a`,
     /// from the first CPython process found (its `python3*` or
-    /// `libpython3*` mapped), which with a command reaches only the
-    /// processes forked after it. Until then no sample pays for the program.
+    /// `libpython3*` mapped), until when no sample pays for the program.
     #[default]
     Auto,
     /// From the start (what `Auto` does once it finds CPython).

@@ -238,18 +238,16 @@ impl Session {
 
         let start_mono = sys::monotonic_ns();
         let started = Instant::now();
-        // Python frames at the sample need BPF: as root. Attached before the
-        // command starts: a thread it forks takes its inherited event's
-        // program as that event has it then (a program attached later
-        // reached none of a CPython's threads created meanwhile).
+        // Python frames at the sample need BPF: as root. For a command,
+        // attached before it starts: a process or thread it forks takes its
+        // inherited event's program as that event has it then, so a program
+        // attached later reaches no CPython forked before (`sh -c 'python3
+        // a.py & python3 b.py'` showed one of the two).
         let python = match opts.python {
             PythonFrames::Off => None,
             _ if !sys::is_root() => None,
             mode => {
-                let now = mode == PythonFrames::On
-                    || launch
-                        .as_ref()
-                        .is_some_and(|(_, program, _)| crate::python::command_is_python(program));
+                let now = mode == PythonFrames::On || launch.is_some();
                 crate::python::Python::start(&events, now).ok()
             }
         };

@@ -28,7 +28,7 @@ enum Mode {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Python {
-    /// From the first CPython process found.
+    /// From the start for a command, else from the first CPython found.
     Auto,
     On,
     Off,
@@ -92,8 +92,9 @@ pub struct Args {
     /// reader threads from the start.
     #[arg(long, value_name = "auto|off|N", default_value = "auto", value_parser = parse_readers)]
     ring_readers: RingReaders,
-    /// Read Python frames at each sample (as root): auto from the first
-    /// CPython process found, on from the start, or off.
+    /// Read Python frames at each sample (as root): auto (from the start for
+    /// a command, from the first CPython process found with -p and -a), on
+    /// from the start, or off.
     #[arg(long, value_enum, value_name = "auto|on|off", default_value = "auto")]
     python: Python,
     /// No progress line.
