@@ -222,17 +222,10 @@ pub fn write_svg_of(input: &Path, svg: &Path, title: Option<&str>) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
 
     fn parse(argv: &[&str]) -> Result<FoldOptions, clap::Error> {
-        let cli = Cli::try_parse_from(std::iter::once("fold").chain(argv.iter().copied()))?;
-        Ok(options(&cli.args))
+        let args: Args = super::super::parse_args(argv)?;
+        Ok(options(&args))
     }
 
     #[test]

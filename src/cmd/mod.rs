@@ -146,3 +146,12 @@ pub fn write_to(
         .and_then(|()| w.flush())
         .with_context(|| format!("cannot write {}", path.display()))
 }
+
+/// For the subcommands' tests: `argv` (the arguments after the
+/// subcommand's name) parsed into its `Args`, as the command line would.
+#[cfg(test)]
+fn parse_args<A: clap::Args + clap::FromArgMatches>(argv: &[&str]) -> Result<A, clap::Error> {
+    let m = A::augment_args(clap::Command::new("flamerec"))
+        .try_get_matches_from(std::iter::once("flamerec").chain(argv.iter().copied()))?;
+    A::from_arg_matches(&m)
+}

@@ -48,25 +48,7 @@ const FRAME_WORDS: usize = 256;
 #[inline(never)]
 fn deep_stack_leaf(units: u64) -> u64 {
     let mut state: State = [1, 2, 3, 4, 5, 6, 7, 8];
-    let mut unit = 0;
-    while unit < units {
-        // Opaque per unit: the compiler can neither fold units together nor skip one.
-        let state: &mut State = black_box(&mut state);
-        let mut step = 0;
-        while step < STEPS_PER_UNIT {
-            let mut i = 0;
-            while i < state.len() {
-                let mut x = state[i];
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                state[i] = x;
-                i += 1;
-            }
-            step += 1;
-        }
-        unit += 1;
-    }
+    units_of_work!(&mut state, units, 0);
     state[0] ^ state[1] ^ state[2] ^ state[3] ^ state[4] ^ state[5] ^ state[6] ^ state[7]
 }
 
