@@ -22,8 +22,8 @@
 //! or a JDK (`javac`, `java`) is missing.
 
 use crate::common::{
-    bpf_usable, fold, measuring, python, record, record_in, remove_jit_files, runtime, share,
-    stderr, tmp,
+    bpf_usable, fold, info_json, measuring, python, record, record_in, remove_jit_files, runtime,
+    share, stderr, tmp,
 };
 
 /// No advice to add a perf flag: the run had one.
@@ -103,6 +103,15 @@ fn check(flag: &str) {
     );
     let whole = share(&ours, |s| s.get(1).is_some_and(|f| f == "_start"));
     assert!(whole >= 97.0, "{flag}: {whole:.1}% whole");
+    // `info` says where the names came from: the file the flag writes.
+    let info = info_json(&out);
+    let j = &info["jit_frames"];
+    let (from, other) = match flag {
+        "--perf-prof" => ("jitdump", "perf_map"),
+        _ => ("perf_map", "jitdump"),
+    };
+    assert!(j[from].as_u64().unwrap_or(0) > 0, "{flag}: {info}");
+    assert_eq!(j[other], 0, "{flag}: {info}");
 }
 
 #[test]
@@ -374,4 +383,10 @@ fn java_functions_are_named_from_the_map_it_writes_at_exit() {
     }
     let anon_leaf = share(&ours, |s| s.last().is_some_and(|f| f.starts_with("[anon]")));
     assert!(anon_leaf < 1.0, "{anon_leaf:.1}% of the leaves unnamed");
+    // The map is written at exit: `info` counts its names as found at the end.
+    let info = info_json(&out);
+    assert!(
+        info["jit_frames"]["at_end"].as_u64().unwrap_or(0) > 0,
+        "{info}"
+    );
 }

@@ -72,8 +72,8 @@ pub use names::{write_names, EmbeddedNames, NamesEnd, NamesState};
 pub use reader::{Damage, Reader, Tables};
 pub use summary::Summary;
 pub use types::{
-    Event, Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleId, ModuleKind,
-    PythonRead, ReadGap, Sample, StackId, StringId, Totals,
+    Event, Frame, FrameId, JitFrames, KernelSymbol, Mapping, Metadata, Module, ModuleId,
+    ModuleKind, PythonRead, ReadGap, Sample, StackId, StringId, Totals,
 };
 pub use writer::{Writer, DEFAULT_LEVEL};
 

@@ -4,7 +4,9 @@
 use std::collections::HashSet;
 use std::io::Read;
 
-use crate::{Damage, Event, FormatError, Metadata, NamesState, PythonRead, ReadGap, Reader};
+use crate::{
+    Damage, Event, FormatError, JitFrames, Metadata, NamesState, PythonRead, ReadGap, Reader,
+};
 
 /// Figures of one recording.
 #[derive(Debug, Clone)]
@@ -56,6 +58,8 @@ pub struct Summary {
     pub names_damage: Option<String>,
     /// The CPython versions whose Python frames were read.
     pub python: Vec<PythonRead>,
+    /// Frames of JIT code, by where their names came from.
+    pub jit_frames: JitFrames,
 }
 
 impl Summary {
@@ -112,6 +116,7 @@ impl Summary {
             named_frames: reader.names().frames.len() as u64,
             names_damage: reader.names().damage.clone(),
             python: Vec::new(),
+            jit_frames: JitFrames::default(),
         };
         if let Some(t) = totals {
             s.lost_samples = t.lost_samples;
@@ -128,6 +133,7 @@ impl Summary {
             s.deferred_unmatched_samples = t.deferred_unmatched_samples;
             s.deferred_orphan_records = t.deferred_orphan_records;
             s.python = t.python;
+            s.jit_frames = t.jit_frames;
         }
         Ok(s)
     }

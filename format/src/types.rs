@@ -95,6 +95,33 @@ pub struct Totals {
     /// went. Absent in files of older recorders and where no CPython ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub python: Vec<PythonRead>,
+    /// Frames of anonymous executable memory (JIT code), by where their
+    /// names came from. Absent in files of older recorders and where there
+    /// were none.
+    #[serde(default, skip_serializing_if = "JitFrames::is_empty")]
+    pub jit_frames: JitFrames,
+}
+
+/// Frames of anonymous executable memory in a recording, by where their
+/// names came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JitFrames {
+    /// Named by a perf map line in force at the sample's time.
+    pub perf_map: u64,
+    /// Named by a jitdump load in force at the sample's time.
+    pub jitdump: u64,
+    /// Named at the end of the recording, by the one name every line and
+    /// load that ever covered the address gives (a map written at exit).
+    pub at_end: u64,
+    /// Named by nothing.
+    pub unnamed: u64,
+}
+
+impl JitFrames {
+    /// No such frame.
+    pub fn is_empty(&self) -> bool {
+        *self == JitFrames::default()
+    }
 }
 
 /// The Python frames of one CPython version's processes in a recording.

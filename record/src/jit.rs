@@ -24,7 +24,7 @@ use std::io;
 use std::ops::Range;
 use std::path::Path;
 
-use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, Writer};
+use flamerec_format::{Frame, FrameId, JitFrames, Module, ModuleId, ModuleKind, Writer};
 use flamerec_jit::{Clock, JitDump, PerfMap, Rules};
 use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
 
@@ -56,6 +56,8 @@ pub(crate) struct JitNames {
     anon: Vec<bool>,
     /// JIT name → its module, and back.
     modules: HashMap<String, ModuleId>,
+    /// JIT name → where it was first found at a sample's time.
+    sources: HashMap<String, Source>,
     names: HashMap<ModuleId, String>,
     /// Samples whose user leaf no file named when sampled, by (process,
     /// address), with each process's command name: said at the end when
@@ -210,7 +212,7 @@ impl JitNames {
                 continue;
             }
             match self.lookup(pid, f.address, time) {
-                Some(name) => f.module = self.module_of(writer, name),
+                Some((name, source)) => f.module = self.module_of(writer, name, source),
                 // The leaf: where the sample was, for the setup advice.
                 None if i == 0 => self.unnamed_leaf(pid, f.address),
                 None => {}
@@ -235,7 +237,7 @@ impl JitNames {
         });
     }
 
-    fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<String> {
+    fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<(String, Source)> {
         let s = self.procs.get(&pid)?;
         // The newest dump first (a runtime may map more than one).
         let from_dump = s
@@ -243,8 +245,12 @@ impl JitNames {
             .iter()
             .rev()
             .find_map(|(d, _)| d.lookup(addr, time))
-            .map(|l| l.name.clone());
-        from_dump.or_else(|| s.map.lookup(addr, time).map(|e| e.name.clone()))
+            .map(|l| (l.name.clone(), Source::Jitdump));
+        from_dump.or_else(|| {
+            s.map
+                .lookup(addr, time)
+                .map(|e| (e.name.clone(), Source::PerfMap))
+        })
     }
 
     fn learn_modules<W: io::Write>(&mut self, writer: &Writer<W>) {
@@ -256,10 +262,16 @@ impl JitNames {
         }
     }
 
-    fn module_of<W: io::Write>(&mut self, writer: &mut Writer<W>, name: String) -> ModuleId {
+    fn module_of<W: io::Write>(
+        &mut self,
+        writer: &mut Writer<W>,
+        name: String,
+        source: Source,
+    ) -> ModuleId {
         if let Some(&m) = self.modules.get(&name) {
             return m;
         }
+        self.sources.insert(name.clone(), source);
         let number = self.modules.len() as u32;
         let id = writer.module(&Module {
             kind: ModuleKind::Anonymous,
@@ -277,13 +289,10 @@ impl JitNames {
 
     /// After the last drain, the processes ended: the last reads (a map
     /// written at exit), then the names of every JIT frame, for the names
-    /// section (ascending frame ids), and the warnings.
-    pub(crate) fn finish<W: io::Write>(
-        mut self,
-        writer: &Writer<W>,
-        now: u64,
-    ) -> (Vec<(FrameId, Vec<String>)>, Vec<String>) {
-        let out = self.name_all(writer, now);
+    /// section (ascending frame ids), the warnings, and the frames counted
+    /// by where their names came from.
+    pub(crate) fn finish<W: io::Write>(mut self, writer: &Writer<W>, now: u64) -> JitEnd {
+        let (out, counts) = self.name_all(writer, now);
         // By command name, and whether the process wrote any file at all.
         let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
         for (&(pid, addr), &n) in &self.unnamed {
@@ -304,15 +313,20 @@ impl JitNames {
             .collect();
         advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         self.warnings.extend(advice.into_iter().map(|(_, a)| a));
-        (out, self.warnings)
+        JitEnd {
+            names: out,
+            warnings: self.warnings,
+            frames: counts,
+        }
     }
 
-    /// The last reads, then the names of every JIT frame.
+    /// The last reads, then the names of every JIT frame, and how many
+    /// were named from where.
     fn name_all<W: io::Write>(
         &mut self,
         writer: &Writer<W>,
         now: u64,
-    ) -> Vec<(FrameId, Vec<String>)> {
+    ) -> (Vec<(FrameId, Vec<String>)>, JitFrames) {
         for s in self.procs.values_mut() {
             if let Err(e) = s.map.finish(now) {
                 self.warnings.push(format!("JIT names: {e}"));
@@ -325,17 +339,26 @@ impl JitNames {
         }
         self.learn_modules(writer);
         let mut out = Vec::new();
+        let mut counts = JitFrames::default();
         for (id, f) in writer.frames_from(0).iter().enumerate() {
             let id = id as FrameId;
             if let Some(name) = self.names.get(&f.module) {
+                match self.sources.get(name) {
+                    Some(Source::Jitdump) => counts.jitdump += 1,
+                    _ => counts.perf_map += 1,
+                }
                 out.push((id, vec![name.clone()]));
             } else if self.anon.get(f.module as usize).copied().unwrap_or(false) {
-                if let Some(name) = self.name_untimed(f.address) {
-                    out.push((id, vec![name.to_string()]));
+                match self.name_untimed(f.address) {
+                    Some(name) => {
+                        counts.at_end += 1;
+                        out.push((id, vec![name.to_string()]));
+                    }
+                    None => counts.unnamed += 1,
                 }
             }
         }
-        out
+        (out, counts)
     }
 }
 
@@ -434,6 +457,24 @@ fn register(pid: u32, s: &mut Sources, u: &mut StackUnwinder) {
         }
     }
     s.map_done = entries.len();
+}
+
+/// What the recording learnt of JIT code, at its end.
+pub(crate) struct JitEnd {
+    /// The names of the JIT frames, for the names section.
+    pub names: Vec<(FrameId, Vec<String>)>,
+    pub warnings: Vec<String>,
+    /// The frames by where their names came from.
+    pub frames: JitFrames,
+}
+
+/// Where a JIT name was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A perf map line in force at the sample's time.
+    PerfMap,
+    /// A jitdump load in force at the sample's time.
+    Jitdump,
 }
 
 /// The most bytes of one executable mapping searched for trampolines:

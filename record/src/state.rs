@@ -685,8 +685,9 @@ impl<W: io::Write> State<W> {
             samples,
         ));
         let jit = std::mem::take(&mut self.jit);
-        let (jit_names, jit_warnings) = jit.finish(self.conv.writer(), sys::monotonic_ns());
-        warnings.extend(jit_warnings);
+        let jit = jit.finish(self.conv.writer(), sys::monotonic_ns());
+        warnings.extend(jit.warnings);
+        totals.jit_frames = jit.frames;
         if c.throttles > 0 {
             warnings.push(format!(
                 "the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate): lower -F",
@@ -699,7 +700,7 @@ impl<W: io::Write> State<W> {
             writer: self.conv.into_writer(),
             totals,
             warnings,
-            jit_names,
+            jit_names: jit.names,
         }
     }
 }

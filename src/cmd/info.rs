@@ -93,6 +93,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "symbols": s.names.as_str(),
             "named_frames": s.named_frames,
             "python": s.python,
+            "jit_frames": s.jit_frames,
             "missing": missing,
             "warnings": warnings,
         });
@@ -181,6 +182,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         writeln!(w, "weight:     {} {unit}", s.weight)?;
     }
     writeln!(w, "processes:  {}, threads: {}", s.processes, s.threads)?;
+    let j = &s.jit_frames;
+    if !j.is_empty() {
+        writeln!(
+            w,
+            "jit:        {} frames of anonymous code named by a perf map line and {} by a jitdump load in force at the sample, {} by the files at the end, {} unnamed",
+            j.perf_map, j.jitdump, j.at_end, j.unnamed
+        )?;
+    }
     for py in &s.python {
         let how = match py.read.as_str() {
             "at-sample" => "frames read at each sample, in the kernel",
