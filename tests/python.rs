@@ -359,3 +359,52 @@ fn cpythons_started_by_another_command_are_read() {
         stderr(&o)
     );
 }
+
+/// With `--python-lines` each Python frame names the line it was at when
+/// sampled: in known.py every `descend` but the innermost is at its
+/// recursive call, the innermost at `return work()`. Checked on every
+/// whole stack (measured: ≈ 900 samples; bound 100).
+#[test]
+fn python_lines_name_the_line_each_frame_was_at() {
+    if !bpf_usable() {
+        return;
+    }
+    let Some((_, python)) = cpythons().into_iter().last() else {
+        return;
+    };
+    let what = python.display().to_string();
+    let source = std::fs::read_to_string(SCRIPT).unwrap();
+    let line_of = |text: &str| source.lines().position(|l| l.trim() == text).unwrap() + 1;
+    let recursive = line_of("return descend(depth - 1, work)");
+    let bottom = line_of("return work()");
+    let dir = tmp();
+    let out = dir.path().join("lines.frec");
+    let Some(o) = record(
+        &out,
+        &["--python-lines"],
+        &[python.to_str().unwrap(), SCRIPT, "1000"],
+    ) else {
+        return;
+    };
+    assert!(o.status.success(), "{what}: {}", stderr(&o));
+    let mut checked = 0;
+    for (frames, n) in fold(&out, &[]) {
+        let descends: Vec<&String> = frames
+            .iter()
+            .filter(|f| f.starts_with("descend ("))
+            .collect();
+        if descends.len() != 30 {
+            continue;
+        }
+        checked += n;
+        for (i, f) in descends.iter().enumerate() {
+            let want = if i == 29 { bottom } else { recursive };
+            assert!(
+                f.ends_with(&format!("known.py:{want})")),
+                "{what}: frame {i} {f}, line {want} expected: {}",
+                frames.join(";")
+            );
+        }
+    }
+    assert!(checked >= 100, "{what}: {checked} whole stacks");
+}

@@ -985,3 +985,38 @@ fn dwarf_mode_at_4999_hz_on_every_core_loses_at_most_a_tenth_of_a_percent() {
         stderr(&o)
     );
 }
+
+/// kernel.perf_event_max_stack, lowered to 127, is raised for an fp
+/// recording and set back after it, with the Python walker attached (it
+/// runs with every command's events). The walker once held copies of the
+/// events, and open they kept the kernel from taking the old value back:
+/// only the 7.2 VM, whose cap is 127, saw it; here the host's cap is
+/// lowered for the test, alone, and put back whatever happens.
+#[test]
+fn a_lowered_callchain_cap_is_set_back_after_an_fp_recording() {
+    const SYSCTL: &str = "/proc/sys/kernel/perf_event_max_stack";
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    if !bpf_usable() {
+        return;
+    }
+    struct PutBack(String);
+    impl Drop for PutBack {
+        fn drop(&mut self) {
+            let _ = std::fs::write(SYSCTL, &self.0);
+        }
+    }
+    let read = || std::fs::read_to_string(SYSCTL).expect("read the cap");
+    let _put_back = PutBack(read());
+    std::fs::write(SYSCTL, "127").expect("lower the cap");
+    let dir = tmp();
+    let out = dir.path().join("fp.frec");
+    let Some(o) = record(&out, &["-g", "fp"], &["sh", "-c", "true"]) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("raised from 127 to 1024"), "{err}");
+    assert_eq!(read().trim(), "127", "{err}");
+}

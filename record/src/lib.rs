@@ -147,6 +147,9 @@ pub struct RecordOptions {
     pub ring_readers: RingReaders,
     /// When Python frames are read at the sample.
     pub python: PythonFrames,
+    /// Python frames by line: `qualname (file:line)`, one frame per line
+    /// a function was sampled at, instead of one per function.
+    pub python_lines: bool,
 }
 
 /// When the recorder reads Python frames at each sample (a BPF program that
@@ -203,6 +206,7 @@ impl Default for RecordOptions {
             embed_names: Some(NameOptions::standard()),
             ring_readers: RingReaders::Auto,
             python: PythonFrames::Auto,
+            python_lines: false,
         }
     }
 }

@@ -102,6 +102,8 @@ struct CodeFrame {
     /// What CPython's perf trampolines (`-X perf`, `-X perf_jit`) name
     /// this code: `py::qualname:file`.
     trampoline: String,
+    /// Its name, file and line table, for frames by line.
+    info: CodeInfo,
     /// 3.11+: instructions before this are an incomplete frame's.
     first_traceable: Option<i64>,
 }
@@ -116,6 +118,9 @@ pub(crate) struct Python {
     procs: HashMap<u32, Proc>,
     walks: HashMap<u32, VecDeque<Record>>,
     code_frames: HashMap<(u32, u64), CodeFrame>,
+    /// With lines: one frame per (process, code object, line).
+    lines: bool,
+    line_frames: HashMap<(u32, u64, i32), Frame>,
     module: Option<ModuleId>,
     next_address: u64,
     /// Processes whose thread states are to be read at the round's end.
@@ -143,7 +148,11 @@ impl Python {
     /// (BPF refused: not root, or no CAP_BPF and CAP_PERFMON).
     /// With `now` false it is attached when the first CPython process is
     /// found (see [`Python::mapped`]): until then no sample pays for it.
-    pub(crate) fn start(events: &[Event], now: bool) -> Result<(Python, RingBuffer), String> {
+    pub(crate) fn start(
+        events: &[Event],
+        now: bool,
+        lines: bool,
+    ) -> Result<(Python, RingBuffer), String> {
         let maps = WalkerMaps::new(4096, 65_536).map_err(|e| e.to_string())?;
         let ring = RingBuffer::new(RING_BYTES).map_err(|e| e.to_string())?;
         let program = maps.program(Some(&ring)).map_err(|e| e.to_string())?;
@@ -162,6 +171,8 @@ impl Python {
                 procs: HashMap::new(),
                 walks: HashMap::new(),
                 code_frames: HashMap::new(),
+                lines,
+                line_frames: HashMap::new(),
                 module: None,
                 next_address: 0,
                 stale: HashSet::new(),
@@ -244,6 +255,7 @@ impl Python {
             }
         }
         self.code_frames.retain(|&(p, _), _| p != pid);
+        self.line_frames.retain(|&(p, _, _), _| p != pid);
     }
 
     /// Adds a process's counts to its version's.
@@ -421,9 +433,15 @@ impl Python {
             if next < evals.len() && evals[next] == i {
                 outermost = None;
                 for py in &runs[next].frames {
-                    if let Some((frame, first_traceable)) = self.code_frame(conv, pid, py.code) {
+                    if let Some((frame_of_code, first_traceable)) =
+                        self.code_frame(conv, pid, py.code)
+                    {
                         if first_traceable.is_none_or(|first| py.instr >= first) {
-                            out.push(frame);
+                            let frame = match self.lines {
+                                true => self.line_frame(conv, pid, py.code, py.instr),
+                                false => None,
+                            };
+                            out.push(frame.unwrap_or(frame_of_code));
                             outermost = Some(py.code);
                         }
                     }
@@ -477,6 +495,40 @@ impl Python {
             Some(at) => Some(i64::from(mem.i32(code + at).ok()?)),
             None => None,
         };
+        let frame = self.new_frame(conv, format!("{} ({})", info.name, info.file));
+        let cf = CodeFrame {
+            frame,
+            trampoline: format!("py::{}:{}", info.name, info.file),
+            info,
+            first_traceable,
+        };
+        self.code_frames.insert((pid, code), cf);
+        Some((frame, first_traceable))
+    }
+
+    /// The frame of code object `code` of `pid` at instruction `instr`
+    /// (`qualname (file:line)`), once the code's frame is made; `None` where
+    /// the line table gives the instruction no line.
+    fn line_frame<W: io::Write>(
+        &mut self,
+        conv: &mut Converter<W>,
+        pid: u32,
+        code: u64,
+        instr: i64,
+    ) -> Option<Frame> {
+        let cf = self.code_frames.get(&(pid, code))?;
+        let line = cf.info.line(&self.procs.get(&pid)?.interp.layout, instr)?;
+        if let Some(&f) = self.line_frames.get(&(pid, code, line)) {
+            return Some(f);
+        }
+        let name = format!("{} ({}:{line})", cf.info.name, cf.info.file);
+        let frame = self.new_frame(conv, name);
+        self.line_frames.insert((pid, code, line), frame);
+        Some(frame)
+    }
+
+    /// A new frame of the `[python]` module, named `name`.
+    fn new_frame<W: io::Write>(&mut self, conv: &mut Converter<W>, name: String) -> Frame {
         let module = *self.module.get_or_insert_with(|| {
             conv.writer_mut().module(&Module {
                 kind: ModuleKind::Anonymous,
@@ -490,15 +542,8 @@ impl Python {
             address: self.next_address,
         };
         let id = conv.writer_mut().frame(frame);
-        self.names
-            .push((id, vec![format!("{} ({})", info.name, info.file)]));
-        let cf = CodeFrame {
-            frame,
-            trampoline: format!("py::{}:{}", info.name, info.file),
-            first_traceable,
-        };
-        self.code_frames.insert((pid, code), cf);
-        Some((frame, first_traceable))
+        self.names.push((id, vec![name]));
+        frame
     }
 }
 

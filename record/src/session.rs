@@ -248,7 +248,7 @@ impl Session {
             _ if !sys::is_root() => None,
             mode => {
                 let now = mode == PythonFrames::On || launch.is_some();
-                crate::python::Python::start(&events, now).ok()
+                crate::python::Python::start(&events, now, opts.python_lines).ok()
             }
         };
         // Start the command before anything else that may wait (the kernel

@@ -97,6 +97,10 @@ pub struct Args {
     /// from the start, or off.
     #[arg(long, value_enum, value_name = "auto|on|off", default_value = "auto")]
     python: Python,
+    /// Python frames by line, `qualname (file:line)`, rather than one per
+    /// function.
+    #[arg(long)]
+    python_lines: bool,
     /// No progress line.
     #[arg(short, long)]
     quiet: bool,
@@ -147,6 +151,7 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
             Python::On => PythonFrames::On,
             Python::Off => PythonFrames::Off,
         },
+        python_lines: a.python_lines,
     })
 }
 
@@ -261,18 +266,11 @@ fn parse_readers(s: &str) -> Result<RingReaders, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
 
     #[test]
     fn the_command_lines_defaults_are_the_librarys() {
-        let cli = Cli::try_parse_from(["record", "--", "true"]).expect("parse");
-        let cli = options(&cli.args).expect("options");
+        let args: Args = super::super::parse_args(&["--", "true"]).expect("parse");
+        let cli = options(&args).expect("options");
         let lib = RecordOptions::default();
         assert_eq!(cli.output, lib.output);
         assert_eq!(cli.frequency, lib.frequency);
