@@ -6,7 +6,7 @@ A frame names function NAME of the program when it reads, in any tool's way:
   py-spy's                    NAME (prog.py:LINE)  or  NAME (/path/prog.py:LINE)
   CPython's perf trampolines  py::NAME:/path/prog.py
   V8's perf map and jitdump   JS:*NAME /path/prog.js:4:13  (also with ~ or ^ for the tier)
-  Java's (perf map, agent)    int KnownProfile.NAME(int), LKnownProfile;::NAME, KnownProfile::NAME
+  Java's (perf map, agent)    int KnownProfile.NAME(int), LKnownProfile:NAME(I)I (perf's agent)
 
 usage:
   runtimes.py shares FOLDED PROGRAM ENTRY A B C
@@ -31,7 +31,7 @@ from collections import Counter
 PY_CHAIN = re.compile(r"^(?P<name>[^ ;]+) \((?P<file>[^()]*?\.py)(?::\d+)?\)$")
 PY_TRAMP = re.compile(r"^py::(?P<name>[^:]+):(?P<file>.*\.py)$")
 JS = re.compile(r"^(?:JS:|LazyCompile:)?[*~^+]?(?P<name>[\w$<>.]+) (?P<file>\S+\.js)(?::\d+)*$")
-JAVA = re.compile(r"^(?:[\w\[\]]+ )?L?(?P<file>KnownProfile)(?:;::|::|\.)(?P<name>\w+)")
+JAVA = re.compile(r"^(?:[\w\[\]]+ )?L?(?P<file>KnownProfile)(?:;::|::|;|:|\.)(?P<name>\w+)")
 
 
 def stacks(path):

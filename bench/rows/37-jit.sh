@@ -3,7 +3,8 @@
 # time, kept from being inlined), ≈ JIT_S s each, at 999 Hz with a core free:
 #   node 20 --perf-basic-prof (perf map) and --perf-prof (jitdump), CPython 3.13 -X perf_jit
 #   (jitdump with unwind records), java 17 with -XX:+PreserveFramePointer and the map written at
-#   exit (-XX:+DumpPerfMapAtExit);
+#   exit (-XX:+DumpPerfMapAtExit) or perf's JVMTI agent (a jitdump; the agent is built from the
+#   Linux source 34-perf7.sh unpacked);
 # recorded by flamerec's default (dwarf) and -g fp, samply, and perf -k 1 -g (with
 # `perf inject --jit` before perf script for a jitdump). Each command runs under
 # `sh -c 'CMD; date > END'`, so the time from its end to a written recording is the recorder's
@@ -37,7 +38,7 @@ samples_of() {
 jit_folded() { # WORKLOAD TOOL RECORDING → folded text on stdout
     case $2 in
         perf-k1)
-            if [[ $1 == *dump* || $1 == *perf-jit* ]]; then
+            if [[ $1 == *dump* || $1 == *perf-jit* || $1 == *agent* ]]; then
                 (cd "$JIT_DIR" && perf inject --jit -i "$3" -o "$3.jitted" 2> /dev/null) &&
                     perf script -i "$3.jitted" 2> /dev/null | inferno-collapse-perf 2> /dev/null
             else
@@ -89,14 +90,29 @@ if command -v javac > /dev/null && command -v java > /dev/null &&
 else
     rt_row "KnownProfile.java, java" "—" "n/a: no java and javac here" "" "" "" "" ""
 fi
-rt_row "KnownProfile.java, java 17 with perf's JVMTI agent (jitdump)" "—" "n/a: the agent is not built by the benchmark yet" "" "" "" "" ""
+# perf's JVMTI agent, built from the Linux source bench/perf7 unpacked (34-perf7.sh ran it).
+JVMTI_SRC=$(ls -d "$OUT"/perf7/src/*/tools 2> /dev/null | tail -n1)
+AGENT=$OUT/libperf-jvmti.so
+JDK=$(dirname "$(dirname "$(readlink -f "$(command -v javac 2> /dev/null || echo /nonexistent)")")")
+if [ -n "${JIT_LABEL[java-map]:-}" ] && [ -n "$JVMTI_SRC" ] &&
+    gcc -shared -fPIC -DPIC -O2 -I"$JDK/include" -I"$JDK/include/linux" -I"$JVMTI_SRC/include" \
+        -I"$JVMTI_SRC/perf" -I"$JVMTI_SRC/arch/x86/include" -o "$AGENT" \
+        "$JVMTI_SRC"/perf/jvmti/libjvmti.c "$JVMTI_SRC"/perf/jvmti/jvmti_agent.c \
+        "$JVMTI_SRC"/lib/string.c "$JVMTI_SRC"/lib/ctype.c 2> "$OUT/jvmti.txt"; then
+    workload_java_agent() { ended java -agentpath:"$AGENT" "${JAVA_FLAGS[@]/-XX:+DumpPerfMapAtExit/-Xshare:auto}" "$JAVA_N"; }
+    JIT_W+=(java-agent)
+    JIT_LABEL[java-agent]="KnownProfile.java, java 17 \`-XX:+PreserveFramePointer\` with perf's JVMTI agent (jitdump)"
+    JIT_PROGRAM[java-agent]=KnownProfile
+else
+    rt_row "KnownProfile.java, java 17 with perf's JVMTI agent (jitdump)" "—" "n/a: the agent was not built (no Linux source from bench/perf7, or: $(tail -n1 "$OUT/jvmti.txt" 2> /dev/null))" "" "" "" "" ""
+fi
 
 JIT_TOOLS=(bare flamerec-dwarf flamerec-fp samply perf-k1)
 jit_tool_name() { # WORKLOAD TOOL
     case $2 in
         flamerec-dwarf) echo "flamerec (default)" ;;
         flamerec-fp) echo "flamerec -g fp" ;;
-        perf-k1) echo "perf -k 1 -g$([[ $1 == *dump* || $1 == *perf-jit* ]] && echo ' + inject --jit')" ;;
+        perf-k1) echo "perf -k 1 -g$([[ $1 == *dump* || $1 == *perf-jit* || $1 == *agent* ]] && echo ' + inject --jit')" ;;
         *) echo "$2" ;;
     esac
 }
@@ -118,7 +134,7 @@ for run in $(seq 1 "$RUNS"); do
             jit_folded "$w" "$tool" "$REC_FILE" > "$OUT/rec/$w.$tool.folded"
             [ "$tool" != perf-k1 ] || JIT_INJECT[$w]=$(calc "($(now_ns) - $t) / 1e9")
         done
-        rm -f "$JIT_DIR"/jit-*.dump "$JIT_DIR"/jitted-*.so /tmp/perf-*.map /tmp/jit-*.dump 2> /dev/null || true
+        rm -rf "$JIT_DIR"/jit-*.dump "$JIT_DIR"/jitted-*.so /tmp/perf-*.map /tmp/jit-*.dump "$HOME"/.debug/jit/java-jit-* 2> /dev/null || true
     done
 done
 for w in "${JIT_W[@]}"; do
@@ -137,7 +153,7 @@ for w in "${JIT_W[@]}"; do
         cpu=$(calc "($(col "$w" "$tool" cpu_s) - $cpu_b) / $samples * 1e6")
         lag=$(echo "${JIT_LAG[$w.$tool]:-}" | tr ' ' '\n' | grep . | median)
         inject=""
-        [ "$tool" != perf-k1 ] || inject=" + perf script$([[ $w == *dump* || $w == *perf-jit* ]] && echo ' and inject') $(fmt %.2f "${JIT_INJECT[$w]:-nan}") s"
+        [ "$tool" != perf-k1 ] || inject=" + perf script$([[ $w == *dump* || $w == *perf-jit* || $w == *agent* ]] && echo ' and inject') $(fmt %.2f "${JIT_INJECT[$w]:-nan}") s"
         rt_row "${JIT_LABEL[$w]}" "$name" "$samples; $(fmt %.1f "$(bps "$w" "$tool")") B; $(fmt %.2f "$lag") s$inject" \
             "$(fmt %.1f%% "$named"); leaf unnamed JIT code $(fmt %.2f%% "$unnamed")" \
             "$(fmt %.1f%% "$rooted")$([ "$rooted" = n/a ] || echo " ($(holds "$rooted" ">=" 99.5))")" "$(three "$a" "$b" "$c")" \
