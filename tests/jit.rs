@@ -390,3 +390,65 @@ fn java_functions_are_named_from_the_map_it_writes_at_exit() {
         "{info}"
     );
 }
+
+const JIT_REUSE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/jit-reuse.c");
+
+/// A small C program writes two functions in turn at one address, each
+/// announced by a jitdump load before it runs (`tests/programs/jit-reuse.c`:
+/// 24 phases of 40 ms, `run_a` calling `jit_a`, `run_b` calling `jit_b`).
+/// Every sample in the code under `run_a` must be named `jit_a`, under
+/// `run_b` `jit_b`: 0 named by the wrong load, in dwarf and fp mode. The
+/// code runs ≈ 1 s (≈ 900 samples at 999 Hz); bound 300 named.
+#[test]
+fn code_written_twice_at_one_address_is_named_by_the_load_in_force() {
+    let Some(_machine) = measuring() else {
+        return;
+    };
+    let dir = tmp();
+    let source = std::fs::read_to_string(JIT_REUSE).expect("read jit-reuse.c");
+    let bin = crate::common::compile_c(
+        dir.path(),
+        "jit-reuse",
+        &source,
+        &["-O1", "-fno-omit-frame-pointer", "-fno-inline"],
+    );
+    for mode in ["dwarf", "fp"] {
+        let out = dir.path().join(format!("reuse-{mode}.frec"));
+        let Some(o) = record_in(
+            Some(dir.path()),
+            &out,
+            &["-g", mode],
+            &[bin.to_str().unwrap()],
+        ) else {
+            return;
+        };
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        remove_jit_files(&out, Some(dir.path()));
+        let stacks = fold(&out, &[]);
+        let (mut right, mut wrong, mut unnamed) = (0, 0, 0);
+        for (s, n) in &stacks {
+            for (caller, own, other) in [("run_a", "jit_a", "jit_b"), ("run_b", "jit_b", "jit_a")] {
+                let Some(at) = s.iter().position(|f| f == caller) else {
+                    continue;
+                };
+                let below = &s[at + 1..];
+                if below.iter().any(|f| f == own) {
+                    right += n;
+                } else if below.iter().any(|f| f == other) {
+                    wrong += n;
+                } else if below.iter().any(|f| f.starts_with("[anon]")) {
+                    unnamed += n;
+                }
+            }
+        }
+        assert_eq!(
+            wrong, 0,
+            "{mode}: {wrong} samples named by the other load ({right} right)"
+        );
+        assert!(
+            right >= 300 && unnamed * 50 <= right,
+            "{mode}: {right} named, {unnamed} unnamed: {}",
+            stderr(&o)
+        );
+    }
+}

@@ -408,3 +408,51 @@ fn python_lines_name_the_line_each_frame_was_at() {
     }
     assert!(checked >= 100, "{what}: {checked} whole stacks");
 }
+
+/// Runs the same function twice, each compiled from its own file name
+/// and dropped after: the second's code objects are made where the
+/// first's were freed (CPython's allocator reuses a freed block of the same
+/// size first), 0.3 s then 0.6 s of work.
+const TWICE: &str = r#"
+def phase(file, seconds):
+    src = ("import time\ndef work(end):\n    n = 0\n    while time.time() < end:\n"
+           "        n += 1\n    return n\nwork(time.time() + %s)\n" % seconds)
+    exec(compile(src, file, "exec"), {})
+phase("first.py", 0.3)
+phase("second.py", 0.6)
+"#;
+
+/// A code object freed and another made at its address: a name cached by
+/// address alone named every sample of the second `work` after the first
+/// (`work (first.py)` in ≈ 100% of samples). Names are keyed by what the
+/// kernel's walk read of the code object at the sample (its file and name
+/// objects). Expected: second.py ≈ 2/3 of `work`'s samples; bound ≥ 1/2
+/// (≈ 900 samples: the share's sd is under 2 points).
+#[test]
+fn code_made_where_other_code_was_freed_is_named_by_the_code_sampled() {
+    if !bpf_usable() {
+        return;
+    }
+    let dir = tmp();
+    for (_, python) in cpythons() {
+        let what = python.display().to_string();
+        let out = dir.path().join("twice.frec");
+        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), "-c", TWICE]) else {
+            return;
+        };
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        let (mut first, mut second) = (0, 0);
+        for (frames, n) in fold(&out, &[]) {
+            match frames.iter().rev().find(|f| f.starts_with("work (")) {
+                Some(f) if f == "work (first.py)" => first += n,
+                Some(f) if f == "work (second.py)" => second += n,
+                _ => {}
+            }
+        }
+        assert!(
+            second * 2 >= first + second && first + second >= 300,
+            "{what}: work (first.py) {first}, work (second.py) {second}: {}",
+            stderr(&o)
+        );
+    }
+}

@@ -40,6 +40,9 @@ pub const RECORD_LEN: usize = HEAD + MAX_BPF_FRAMES * ENTRY;
 const FRAME_READ: i32 = 112;
 /// Where the frame read goes on the program's stack.
 const FRAME_AT: i16 = -128;
+/// Where the code object's file name and name pointers go (at most 32
+/// bytes, from its file name on).
+const NAMES_AT: i16 = -160;
 /// The layouts the program knows, by index (the value of the process map).
 const MINORS: [u8; 6] = [8, 9, 10, 11, 12, 13];
 
@@ -229,13 +232,37 @@ fn walk(c: &mut Code, l: &Layout, out: Label) {
             asm::load(Size::DW, R1, FP, field(l.frame_instr)),
             asm::store(Size::DW, R9, entry + 16, R1),
         ]);
+        // The marker word: the code object's identity (its file name and
+        // name objects, read now: an object freed and another made at its
+        // address is told apart) above the marker byte. A failed read
+        // leaves zeros (the helper clears its buffer), never the walk.
+        let name_at = l.code_qualname.unwrap_or(l.code_name);
+        let span = (name_at + 8).saturating_sub(l.code_filename);
+        if (16..=32).contains(&span) {
+            c.push([
+                asm::mov(R1, FP),
+                asm::add_imm(R1, i32::from(NAMES_AT)),
+                asm::mov_imm(R2, span as i32),
+                asm::load(Size::DW, R3, FP, field(l.frame_code)),
+                asm::add_imm(R3, l.code_filename as i32),
+                asm::call(helper::PROBE_READ_USER),
+                asm::load(Size::DW, R1, FP, NAMES_AT),
+                asm::load(Size::DW, R2, FP, NAMES_AT + (span - 8) as i16),
+                asm::lsh_imm(R2, 1),
+                asm::add(R1, R2),
+                asm::lsh_imm(R1, 8),
+            ]);
+        } else {
+            c.push([asm::mov_imm(R1, 0)]);
+        }
         if l.frame_marker != 0 {
             // One byte (`is_entry`, `owner`): at any alignment.
             c.push([
-                asm::load(Size::B, R1, FP, field(l.frame_marker)),
-                asm::store(Size::DW, R9, entry + 24, R1),
+                asm::load(Size::B, R2, FP, field(l.frame_marker)),
+                asm::add(R1, R2),
             ]);
         }
+        c.push([asm::store(Size::DW, R9, entry + 24, R1)]);
         c.push([
             asm::store_imm(Size::DW, R9, 8, i as i32 + 1),
             asm::load(Size::DW, R8, FP, field(l.frame_back)),
@@ -255,7 +282,8 @@ pub struct Record {
     /// The sampled instruction pointer.
     pub ip: u64,
     /// Per frame, innermost first: (address, code object, instruction word,
-    /// marker byte: 3.11's `is_entry`, 3.12's and 3.13's `owner`).
+    /// marker word: the code object's identity above the marker byte, 3.11's
+    /// `is_entry`, 3.12's and 3.13's `owner`).
     pub frames: Vec<[u64; 4]>,
 }
 
@@ -293,6 +321,7 @@ impl Record {
         let mut runs = Vec::new();
         let mut current = Run::default();
         for &[addr, code, instr, marker] in &self.frames {
+            let identity = marker >> 8;
             let lasti = || i64::from(instr as u32 as i32);
             let index = || {
                 (instr as i64)
@@ -304,6 +333,7 @@ impl Record {
                     current.frames.push(PyFrame {
                         code,
                         instr: lasti(),
+                        identity,
                     });
                     runs.push(std::mem::take(&mut current));
                 }
@@ -311,6 +341,7 @@ impl Record {
                     current.frames.push(PyFrame {
                         code,
                         instr: index(),
+                        identity,
                     });
                     if marker & 0xff != 0 {
                         runs.push(std::mem::take(&mut current));
@@ -324,6 +355,7 @@ impl Record {
                         current.frames.push(PyFrame {
                             code,
                             instr: index(),
+                            identity,
                         });
                     }
                 }

@@ -130,6 +130,25 @@ pub struct PyFrame {
     pub code: u64,
     /// The instruction offset.
     pub instr: i64,
+    /// Which code object was at `code` when the frame was read at the
+    /// sample ([`code_identity`] of it, as the kernel's walk read it); 0
+    /// where the walk did not read it (walks from user space). A code
+    /// object freed and another made at its address is told apart by it.
+    pub identity: u64,
+}
+
+/// What tells code objects at one address apart: its file name and
+/// (qualified) name objects' addresses, mixed (56 bits), as the kernel's
+/// walk reads them ([`bpf`]).
+pub fn code_identity(mem: &dyn Memory, layout: &Layout, code: u64) -> io::Result<u64> {
+    let file = mem.u64(code.wrapping_add(layout.code_filename))?;
+    let name = mem.u64(code.wrapping_add(layout.code_qualname.unwrap_or(layout.code_name)))?;
+    Ok(mix_identity(file, name))
+}
+
+/// [`code_identity`] of a file name and a name object's addresses.
+pub fn mix_identity(file: u64, name: u64) -> u64 {
+    file.wrapping_add(name << 1) & ((1 << 56) - 1)
 }
 
 /// The Python frames one call of the eval loop runs, innermost first.
@@ -339,7 +358,11 @@ impl Interpreter {
         match l.model {
             FrameModel::Objects { .. } => {
                 let instr = i64::from(mem.i32(frame.wrapping_add(l.frame_instr))?);
-                walk.current.frames.push(PyFrame { code, instr });
+                walk.current.frames.push(PyFrame {
+                    code,
+                    instr,
+                    identity: 0,
+                });
                 // One frame per eval-loop call.
                 walk.close(None);
             }
@@ -394,7 +417,11 @@ impl Interpreter {
                 return Ok(None);
             }
         }
-        Ok(Some(PyFrame { code, instr }))
+        Ok(Some(PyFrame {
+            code,
+            instr,
+            identity: 0,
+        }))
     }
 }
 

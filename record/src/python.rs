@@ -26,7 +26,7 @@ use flamerec_bpf::{Program, RingBuffer};
 use flamerec_convert::Converter;
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
 use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
-use flamerec_python::{CodeInfo, FindError, Interpreter, Memory, Process};
+use flamerec_python::{code_identity, CodeInfo, FindError, Interpreter, Memory, Process, PyFrame};
 
 use crate::rings::Event;
 use crate::sys;
@@ -39,6 +39,10 @@ const RING_BYTES: u32 = 8 << 20;
 const MATCH_WINDOW_NS: u64 = 1_000_000;
 /// A process's thread states are read again at most this often.
 const REFRESH_EVERY: Duration = Duration::from_millis(10);
+
+/// The name of a Python frame whose code object was freed after the
+/// sample, and another made at its address, before it was named.
+const GONE: &str = "[Python code freed before it was named]";
 
 /// Counts of what happened to Python samples, for the summary and `info`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,6 +59,9 @@ pub(crate) struct PythonStats {
     pub trampolines_named_alike: u64,
     /// Perf trampolines kept: beside a Python frame of other code.
     pub trampolines_named_otherwise: u64,
+    /// Python frames shown as [`GONE`]: their code object was freed after
+    /// the sample and another made at its address before it was named.
+    pub code_gone: u64,
 }
 
 /// One CPython process.
@@ -117,10 +124,13 @@ pub(crate) struct Python {
     unattached: Vec<OwnedFd>,
     procs: HashMap<u32, Proc>,
     walks: HashMap<u32, VecDeque<Record>>,
-    code_frames: HashMap<(u32, u64), CodeFrame>,
+    /// By (process, code object address, identity at the sample).
+    code_frames: HashMap<(u32, u64, u64), CodeFrame>,
     /// With lines: one frame per (process, code object, line).
     lines: bool,
-    line_frames: HashMap<(u32, u64, i32), Frame>,
+    line_frames: HashMap<(u32, u64, u64, i32), Frame>,
+    /// The frame standing for code freed before it was named.
+    gone: Option<Frame>,
     module: Option<ModuleId>,
     next_address: u64,
     /// Processes whose thread states are to be read at the round's end.
@@ -173,6 +183,7 @@ impl Python {
                 code_frames: HashMap::new(),
                 lines,
                 line_frames: HashMap::new(),
+                gone: None,
                 module: None,
                 next_address: 0,
                 stale: HashSet::new(),
@@ -254,8 +265,8 @@ impl Python {
                 self.walks.remove(&tid);
             }
         }
-        self.code_frames.retain(|&(p, _), _| p != pid);
-        self.line_frames.retain(|&(p, _, _), _| p != pid);
+        self.code_frames.retain(|&(p, _, _), _| p != pid);
+        self.line_frames.retain(|&(p, _, _, _), _| p != pid);
     }
 
     /// Adds a process's counts to its version's.
@@ -428,21 +439,21 @@ impl Python {
         let mut next = 0;
         // The code of the last run's outermost frame, whose trampoline
         // (if any) is the next frame.
-        let mut outermost: Option<u64> = None;
+        let mut outermost: Option<(u64, u64)> = None;
         for (i, f) in user.iter().enumerate() {
             if next < evals.len() && evals[next] == i {
                 outermost = None;
                 for py in &runs[next].frames {
                     if let Some((frame_of_code, first_traceable)) =
-                        self.code_frame(conv, pid, py.code)
+                        self.code_frame(conv, pid, py.code, py.identity)
                     {
                         if first_traceable.is_none_or(|first| py.instr >= first) {
                             let frame = match self.lines {
-                                true => self.line_frame(conv, pid, py.code, py.instr),
+                                true => self.line_frame(conv, pid, py, py.instr),
                                 false => None,
                             };
                             out.push(frame.unwrap_or(frame_of_code));
-                            outermost = Some(py.code);
+                            outermost = Some((py.code, py.identity));
                         }
                     }
                 }
@@ -451,7 +462,7 @@ impl Python {
             }
             let beside = outermost
                 .take()
-                .and_then(|code| self.code_frames.get(&(pid, code)));
+                .and_then(|(code, id)| self.code_frames.get(&(pid, code, id)));
             if let Some(name) = jit_name(f.module).filter(|n| n.starts_with("py::")) {
                 // A trampoline calls the eval loop: the frame right after a
                 // run names the run's outermost code, shown already.
@@ -476,15 +487,19 @@ impl Python {
         }
     }
 
-    /// The frame of code object `code` of `pid`, named the first time, and
-    /// its first traceable instruction (3.11+).
+    /// The frame of code object `code` of `pid` (`identity` as the walk
+    /// read it at the sample), named the first time, and its first
+    /// traceable instruction (3.11+). `None` where the code cannot be read;
+    /// the [`GONE`] frame where it is no longer the one the sample ran
+    /// (freed since, and another made at its address).
     fn code_frame<W: io::Write>(
         &mut self,
         conv: &mut Converter<W>,
         pid: u32,
         code: u64,
+        identity: u64,
     ) -> Option<(Frame, Option<i64>)> {
-        if let Some(cf) = self.code_frames.get(&(pid, code)) {
+        if let Some(cf) = self.code_frames.get(&(pid, code, identity)) {
             return Some((cf.frame, cf.first_traceable));
         }
         let p = self.procs.get(&pid)?;
@@ -495,6 +510,19 @@ impl Python {
             Some(at) => Some(i64::from(mem.i32(code + at).ok()?)),
             None => None,
         };
+        // Read after the sample: still the code the sample ran? If not, it
+        // is shown as gone, never named after the code there now.
+        if identity != 0 && code_identity(&mem, layout, code).ok()? != identity {
+            self.stats.code_gone += 1;
+            let gone = match self.gone {
+                Some(f) => f,
+                None => {
+                    let f = self.new_frame(conv, GONE.to_string());
+                    *self.gone.insert(f)
+                }
+            };
+            return Some((gone, None));
+        }
         let frame = self.new_frame(conv, format!("{} ({})", info.name, info.file));
         let cf = CodeFrame {
             frame,
@@ -502,28 +530,30 @@ impl Python {
             info,
             first_traceable,
         };
-        self.code_frames.insert((pid, code), cf);
+        self.code_frames.insert((pid, code, identity), cf);
         Some((frame, first_traceable))
     }
 
-    /// The frame of code object `code` of `pid` at instruction `instr`
-    /// (`qualname (file:line)`), once the code's frame is made; `None` where
-    /// the line table gives the instruction no line.
+    /// The frame of Python frame `py` of `pid` at instruction `instr`
+    /// (`qualname (file:line)`), once its code's frame is made; `None`
+    /// where the line table gives the instruction no line.
     fn line_frame<W: io::Write>(
         &mut self,
         conv: &mut Converter<W>,
         pid: u32,
-        code: u64,
+        py: &PyFrame,
         instr: i64,
     ) -> Option<Frame> {
-        let cf = self.code_frames.get(&(pid, code))?;
+        let key = (pid, py.code, py.identity);
+        let cf = self.code_frames.get(&key)?;
         let line = cf.info.line(&self.procs.get(&pid)?.interp.layout, instr)?;
-        if let Some(&f) = self.line_frames.get(&(pid, code, line)) {
+        if let Some(&f) = self.line_frames.get(&(pid, py.code, py.identity, line)) {
             return Some(f);
         }
         let name = format!("{} ({}:{line})", cf.info.name, cf.info.file);
         let frame = self.new_frame(conv, name);
-        self.line_frames.insert((pid, code, line), frame);
+        self.line_frames
+            .insert((pid, py.code, py.identity, line), frame);
         Some(frame)
     }
 

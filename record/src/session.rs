@@ -637,6 +637,12 @@ fn python_warnings(s: &crate::python::PythonStats) -> Vec<String> {
             s.unwalked, s.unpaired
         ));
     }
+    if s.code_gone > 0 {
+        out.push(format!(
+            "{} Python frames are shown as [Python code freed before it was named]: their code object was freed after the sample and another made at its address before flamerec read its name",
+            s.code_gone
+        ));
+    }
     if s.trampolines_named_otherwise > 0 {
         out.push(format!(
             "{} of {} perf trampolines (-X perf) named other code than the Python frame they called, read at the sample; both are shown",
