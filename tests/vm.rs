@@ -152,9 +152,15 @@ fn exit_path(frec: &Path) -> (u64, Vec<String>) {
     for (stack, n) in fold(frec, &["--kernel-suffix"]) {
         let frames = &stack[1..];
         let kernel = |f: &String| f.ends_with("_[k]");
+        // Taken on the system call entry, before the call is dispatched:
+        // without a user part, it is in a call that never returned to user
+        // space, which for deep-fp only exit_group is (seen once beside two
+        // busy loops: `entry_SYSCALL_64_after_hwframe;do_syscall_64`).
+        let entry = ["entry_SYSCALL_64_after_hwframe_[k]", "do_syscall_64_[k]"];
         if frames
             .iter()
             .any(|f| kernel(f) && (f.contains("exit_group") || f.starts_with("do_exit")))
+            || (!frames.is_empty() && frames.iter().all(|f| entry.contains(&f.as_str())))
         {
             exiting += n;
         } else if !frames.is_empty() && frames.iter().all(kernel) {
