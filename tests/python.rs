@@ -139,6 +139,8 @@ fn python_frames_stand_where_the_eval_loop_ran_them() {
             "{what}: {info}"
         );
         assert_eq!(py[0]["read"], "at-sample", "{what}: {info}");
+        // Python frames are not anonymous code left unnamed.
+        assert_eq!(info["jit_frames"]["unnamed"], 0, "{what}: {info}");
         let with = py[0]["samples_with_frames"].as_u64().unwrap_or(0);
         assert!(with * 2 >= s.samples, "{what}: {info}");
         assert!(

@@ -257,7 +257,11 @@ impl JitNames {
         let from = self.anon.len();
         for (i, m) in writer.modules_from(from).iter().enumerate() {
             let id = (from + i) as ModuleId;
-            let plain = m.kind == ModuleKind::Anonymous && !self.names.contains_key(&id);
+            // Not the recorder's own: JIT names' modules, and the Python
+            // frames' (`[python]`, named by the Python reader).
+            let plain = m.kind == ModuleKind::Anonymous
+                && m.path != "[python]"
+                && !self.names.contains_key(&id);
             self.anon.push(plain);
         }
     }
