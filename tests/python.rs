@@ -215,8 +215,10 @@ while time.time() < end:
 /// recording's first second, then let go; the maker's frames must be read
 /// from then on. Expected ≈ 60% of samples named (1.5 of 2.5 s); the bound,
 /// 30%, leaves room for a recorder slow to start on a loaded machine (the
-/// hold and the recording both count from flamerec's start). Before the fix:
-/// 0 of ≈ 2,500.
+/// hold and the recording both count from flamerec's start). Samples are
+/// CPU time: ≈ 2,500 alone, 929 beside two busy loops and the other tests
+/// (575 named, 62%); at least 300 are asked for, where 30% is over ten
+/// standard deviations below 60%. Before the fix: 0 of ≈ 2,500.
 #[test]
 fn a_thread_read_before_it_ran_does_not_take_its_makers_frames() {
     use std::io::{BufRead, BufReader, Write};
@@ -267,7 +269,7 @@ fn a_thread_read_before_it_ran_does_not_take_its_makers_frames() {
             .map(|(_, n)| n)
             .sum();
         assert!(
-            all > 1000 && named * 10 >= all * 3,
+            all >= 300 && named * 10 >= all * 3,
             "{what}: {named} of {all} samples named spin_in_main: {}",
             stderr(&o)
         );
