@@ -129,53 +129,79 @@ const PY_PROGRAM: &str = concat!(
     "/tests/programs/known-profile.py"
 );
 
-#[test]
-fn python_perf_trampolines_are_unwound_through_and_named() {
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
-        return;
-    };
-    let Some(_machine) = measuring() else {
-        return;
-    };
+/// Folded stacks with their samples.
+type Stacks = Vec<(Vec<String>, u64)>;
+
+/// Records known-profile.py under pyenv's CPython 3.`minor` with `flag`
+/// (recorder flags `extra`), removes the runtime's files, and checks the
+/// program's frames as `is_fn(frame, name)` tells them: over 500 samples in
+/// `spin`, fa/fb/fc 50/30/20 within [`MARGIN`], and ≥ 97% of them whole
+/// from `_start` through the 31 calls of `deep`. Returns the samples in
+/// `spin` and the recording's stderr.
+fn python_known_profile(
+    minor: u32,
+    flag: &str,
+    extra: &[&str],
+    is_fn: fn(&str, &str) -> bool,
+) -> Option<(Stacks, String)> {
+    let py = python(minor, "FLAMEREC_SKIP_PYTHON_TESTS")?;
+    let _machine = measuring()?;
     let dir = tmp();
     let out = dir.path().join("py.frec");
     let py = py.to_string_lossy().into_owned();
-    // The trampolines alone: Python frames from the frame chain off.
-    let Some(o) = record(
+    let o = record_in(
+        Some(dir.path()),
         &out,
-        &["--python", "off"],
-        &[&py, "-X", "perf", PY_PROGRAM, "400"],
-    ) else {
-        return;
-    };
+        extra,
+        &[&py, "-X", flag, PY_PROGRAM, "400"],
+    )?;
     // Gone before folding: the names must come from the recording.
     remove_jit_files(&out, Some(dir.path()));
-    assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let stacks = fold(&out, &[]);
-    let named = |name: &'static str| {
-        move |s: &[String]| s.iter().any(|f| f.starts_with(&format!("py::{name}:")))
-    };
-    let ours: Vec<_> = stacks
-        .iter()
+    let err = stderr(&o);
+    assert!(o.status.success(), "{flag}: record failed: {err}");
+    let named = |name: &'static str| move |s: &[String]| s.iter().any(|f| is_fn(f, name));
+    let ours: Vec<_> = fold(&out, &[])
+        .into_iter()
         .filter(|(s, _)| named("spin")(s))
-        .cloned()
         .collect();
     let n: u64 = ours.iter().map(|s| s.1).sum();
-    assert!(n > 500, "only {n} samples in spin");
+    assert!(n > 500, "{flag}: only {n} samples in spin: {err}");
     for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
         let got = share(&ours, named(name));
         assert!(
             (got - want).abs() <= MARGIN,
-            "{name} {got:.1}% of {n} samples, {want}% expected"
+            "{flag}: {name} {got:.1}% of {n} samples, {want}% expected"
         );
     }
-    // Whole: from _start through all 31 frames of `deep` (each behind its
-    // trampoline), not cut at the first trampoline as before.
     let whole = share(&ours, |s| {
         s.get(1).is_some_and(|f| f == "_start")
-            && s.iter().filter(|f| f.starts_with("py::deep:")).count() == 31
+            && s.iter().filter(|f| is_fn(f, "deep")).count() == 31
     });
-    assert!(whole >= 97.0, "{whole:.1}% whole");
+    assert!(whole >= 97.0, "{flag}: {whole:.1}% whole");
+    Some((ours, err))
+}
+
+/// A perf trampoline's frame of function `name` (`py::name:file`).
+fn trampoline_of(frame: &str, name: &str) -> bool {
+    frame
+        .strip_prefix("py::")
+        .and_then(|r| r.strip_prefix(name))
+        .is_some_and(|r| r.starts_with(':'))
+}
+
+/// A frame of function `name` read from the frame chain (`name (file)`).
+fn chain_frame_of(frame: &str, name: &str) -> bool {
+    frame
+        .strip_prefix(name)
+        .is_some_and(|r| r.starts_with(" (") && r.ends_with("known-profile.py)"))
+}
+
+#[test]
+fn python_perf_trampolines_are_unwound_through_and_named() {
+    // The trampolines alone: Python frames from the frame chain off. Whole:
+    // through all 31 frames of `deep` (each behind its trampoline), not cut
+    // at the first trampoline as before.
+    python_known_profile(12, "perf", &["--python", "off"], trampoline_of);
 }
 
 /// CPython 3.13 `-X perf_jit` buffers its jitdump (4 KiB): the loads and
@@ -187,48 +213,7 @@ fn python_perf_trampolines_are_unwound_through_and_named() {
 /// names. Before: 98.6% of stacks cut at the first trampoline.
 #[test]
 fn python_perf_jit_trampolines_are_unwound_before_the_dump_names_them() {
-    let Some(py) = python(13, "FLAMEREC_SKIP_PYTHON_TESTS") else {
-        return;
-    };
-    let Some(_machine) = measuring() else {
-        return;
-    };
-    let dir = tmp();
-    let out = dir.path().join("py.frec");
-    let py = py.to_string_lossy().into_owned();
-    let Some(o) = record_in(
-        Some(dir.path()),
-        &out,
-        &["--python", "off"],
-        &[&py, "-X", "perf_jit", PY_PROGRAM, "400"],
-    ) else {
-        return;
-    };
-    remove_jit_files(&out, Some(dir.path()));
-    assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let stacks = fold(&out, &[]);
-    let named = |name: &'static str| {
-        move |s: &[String]| s.iter().any(|f| f.starts_with(&format!("py::{name}:")))
-    };
-    let ours: Vec<_> = stacks
-        .iter()
-        .filter(|(s, _)| named("spin")(s))
-        .cloned()
-        .collect();
-    let n: u64 = ours.iter().map(|s| s.1).sum();
-    assert!(n > 500, "only {n} samples in spin: {}", stderr(&o));
-    let whole = share(&ours, |s| {
-        s.get(1).is_some_and(|f| f == "_start")
-            && s.iter().filter(|f| f.starts_with("py::deep:")).count() == 31
-    });
-    assert!(whole >= 97.0, "{whole:.1}% whole");
-    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
-        let got = share(&ours, named(name));
-        assert!(
-            (got - want).abs() <= MARGIN,
-            "{name} {got:.1}% of {n} samples, {want}% expected"
-        );
-    }
+    python_known_profile(13, "perf_jit", &["--python", "off"], trampoline_of);
 }
 
 /// With `-X perf` and the frame chain read at the sample (the default), a
@@ -238,59 +223,19 @@ fn python_perf_jit_trampolines_are_unwound_before_the_dump_names_them() {
 /// are read at the same sample).
 #[test]
 fn python_frames_are_shown_once_beside_perf_trampolines() {
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
-        return;
-    };
     if !bpf_usable() {
         return;
     }
-    let Some(_machine) = measuring() else {
+    // Whole: from _start through the 31 calls of `deep`, each shown once.
+    let Some((ours, err)) = python_known_profile(12, "perf", &[], chain_frame_of) else {
         return;
     };
-    let dir = tmp();
-    let out = dir.path().join("py.frec");
-    let py = py.to_string_lossy().into_owned();
-    let Some(o) = record(&out, &[], &[&py, "-X", "perf", PY_PROGRAM, "400"]) else {
-        return;
-    };
-    remove_jit_files(&out, Some(dir.path()));
-    assert!(o.status.success(), "record failed: {}", stderr(&o));
-    assert!(!stderr(&o).contains("trampolines"), "{}", stderr(&o));
-    let stacks = fold(&out, &[]);
-    let chain = |name: &'static str| {
-        move |s: &[String]| {
-            s.iter()
-                .any(|f| f.starts_with(&format!("{name} (")) && f.ends_with("known-profile.py)"))
-        }
-    };
-    let ours: Vec<_> = stacks
-        .iter()
-        .filter(|(s, _)| chain("spin")(s))
-        .cloned()
-        .collect();
-    let n: u64 = ours.iter().map(|s| s.1).sum();
-    assert!(n > 500, "only {n} samples in spin");
+    assert!(!err.contains("trampolines"), "{err}");
     for (s, _) in &ours {
         assert!(
             !s.iter().any(|f| f.starts_with("py::")),
             "a trampoline beside the frames it called: {}",
             s.join(";")
-        );
-    }
-    // Whole: from _start through the 31 calls of `deep`, each shown once.
-    let whole = share(&ours, |s| {
-        s.get(1).is_some_and(|f| f == "_start")
-            && s.iter()
-                .filter(|f| chain("deep")(std::slice::from_ref(*f)))
-                .count()
-                == 31
-    });
-    assert!(whole >= 97.0, "{whole:.1}% whole");
-    for (name, want) in [("fa", 50.0), ("fb", 30.0), ("fc", 20.0)] {
-        let got = share(&ours, chain(name));
-        assert!(
-            (got - want).abs() <= MARGIN,
-            "{name} {got:.1}% of {n} samples, {want}% expected"
         );
     }
 }

@@ -175,6 +175,14 @@ pub struct PyThread {
     pub cut: bool,
 }
 
+/// Whether a mapped file is named like a CPython binary (a libpython3.X,
+/// or a python3.X executable, which may have the runtime linked in): the
+/// only files searched for a runtime.
+pub fn is_cpython_binary(path: &str) -> bool {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    base.starts_with("libpython3") || base.starts_with("python3")
+}
+
 /// Clears the thread id of thread states that share one. A new thread's
 /// state is made by the thread that starts it, and up to 3.11 carries its
 /// maker's ids until the new thread runs and writes its own: read in that
@@ -201,13 +209,8 @@ impl Interpreter {
         let maps = flamerec_perf::procfs::exec_maps(pid);
         // Only files named like CPython's are opened: a libpython3.X, or a
         // python3.X executable with the runtime linked in.
-        let mut candidates: Vec<&flamerec_perf::procfs::ExecMap> = maps
-            .iter()
-            .filter(|m| {
-                let base = m.path.rsplit('/').next().unwrap_or("");
-                base.starts_with("libpython3") || base.starts_with("python3")
-            })
-            .collect();
+        let mut candidates: Vec<&flamerec_perf::procfs::ExecMap> =
+            maps.iter().filter(|m| is_cpython_binary(&m.path)).collect();
         candidates.sort_by_key(|m| !m.path.contains("libpython"));
         for m in candidates {
             let path = Path::new(&m.path);

@@ -56,9 +56,10 @@ pub(crate) struct JitNames {
     anon: Vec<bool>,
     /// JIT name → its module, and back.
     modules: HashMap<String, ModuleId>,
-    /// JIT name → where it was first found at a sample's time.
-    sources: HashMap<String, Source>,
     names: HashMap<ModuleId, String>,
+    /// JIT name's module → where the name was first found at a sample's
+    /// time.
+    sources: HashMap<ModuleId, Source>,
     /// Samples whose user leaf no file named when sampled, by (process,
     /// address), with each process's command name: said at the end when
     /// still unnamed (see [`setup_advice`]).
@@ -85,8 +86,7 @@ impl JitNames {
         now: u64,
         mut u: Option<&mut StackUnwinder>,
     ) {
-        let base = path.rsplit('/').next().unwrap_or(path);
-        if base.starts_with("libpython3") || base.starts_with("python3") {
+        if flamerec_python::is_cpython_binary(path) {
             self.cpython.insert(pid);
             return;
         }
@@ -275,7 +275,6 @@ impl JitNames {
         if let Some(&m) = self.modules.get(&name) {
             return m;
         }
-        self.sources.insert(name.clone(), source);
         let number = self.modules.len() as u32;
         let id = writer.module(&Module {
             kind: ModuleKind::Anonymous,
@@ -283,6 +282,7 @@ impl JitNames {
             build_id: number.to_le_bytes().to_vec(),
         });
         self.names.insert(id, name.clone());
+        self.sources.insert(id, source);
         self.modules.insert(name, id);
         // Its frames are named already.
         if let Some(slot) = self.anon.get_mut(id as usize) {
@@ -347,7 +347,7 @@ impl JitNames {
         for (id, f) in writer.frames_from(0).iter().enumerate() {
             let id = id as FrameId;
             if let Some(name) = self.names.get(&f.module) {
-                match self.sources.get(name) {
+                match self.sources.get(&f.module) {
                     Some(Source::Jitdump) => counts.jitdump += 1,
                     _ => counts.perf_map += 1,
                 }
@@ -501,12 +501,8 @@ fn find_trampolines(pid: u32, range: Range<u64>, u: &mut StackUnwinder) {
         return;
     };
     code.truncate(n);
-    let lens = [8, 11, 12, 15];
     for at in (0..code.len()).step_by(16) {
-        let shape = lens
-            .iter()
-            .find_map(|&l| code.get(at..at + l).and_then(TrampolineShape::from_code));
-        if let Some(shape) = shape {
+        if let Some(shape) = TrampolineShape::starting(&code[at..]) {
             u.add_trampoline(pid, range.start + at as u64, shape);
         }
     }

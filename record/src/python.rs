@@ -26,7 +26,9 @@ use flamerec_bpf::{Program, RingBuffer};
 use flamerec_convert::Converter;
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
 use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
-use flamerec_python::{code_identity, CodeInfo, FindError, Interpreter, Memory, Process, PyFrame};
+use flamerec_python::{
+    code_identity, is_cpython_binary, CodeInfo, FindError, Interpreter, Memory, Process, PyFrame,
+};
 
 use crate::rings::Event;
 use crate::sys;
@@ -103,13 +105,10 @@ impl Proc {
 }
 
 /// A code object's frame.
-#[derive(Clone)]
 struct CodeFrame {
     frame: Frame,
-    /// What CPython's perf trampolines (`-X perf`, `-X perf_jit`) name
-    /// this code: `py::qualname:file`.
-    trampoline: String,
-    /// Its name, file and line table, for frames by line.
+    /// Its name, file and line table, for frames by line and for telling
+    /// the perf trampoline that names it.
     info: CodeInfo,
     /// 3.11+: instructions before this are an incomplete frame's.
     first_traceable: Option<i64>,
@@ -205,10 +204,7 @@ impl Python {
     /// Process `pid` mapped `path` (after the converter applied it): a
     /// CPython's binary makes it a CPython process.
     pub(crate) fn mapped<W: io::Write>(&mut self, pid: u32, path: &str, conv: &Converter<W>) {
-        let base = path.rsplit('/').next().unwrap_or("");
-        if self.procs.contains_key(&pid)
-            || !(base.starts_with("libpython3") || base.starts_with("python3"))
-        {
+        if self.procs.contains_key(&pid) || !is_cpython_binary(path) {
             return;
         }
         let interp = match Interpreter::find(pid) {
@@ -449,7 +445,7 @@ impl Python {
                     {
                         if first_traceable.is_none_or(|first| py.instr >= first) {
                             let frame = match self.lines {
-                                true => self.line_frame(conv, pid, py, py.instr),
+                                true => self.line_frame(conv, pid, py),
                                 false => None,
                             };
                             out.push(frame.unwrap_or(frame_of_code));
@@ -460,17 +456,18 @@ impl Python {
                 next += 1;
                 continue;
             }
+            // A trampoline calls the eval loop: the frame right after a run
+            // is the run's trampoline, if any, and names its outermost code,
+            // shown already.
             let beside = outermost
                 .take()
                 .and_then(|(code, id)| self.code_frames.get(&(pid, code, id)));
-            if let Some(name) = jit_name(f.module).filter(|n| n.starts_with("py::")) {
-                // A trampoline calls the eval loop: the frame right after a
-                // run names the run's outermost code, shown already.
-                if beside.is_some_and(|cf| cf.trampoline == name) {
+            if let Some((cf, name)) = beside.and_then(|cf| Some((cf, jit_name(f.module)?))) {
+                if names_code(name, &cf.info) {
                     self.stats.trampolines_named_alike += 1;
                     continue;
                 }
-                if beside.is_some() {
+                if name.starts_with("py::") {
                     self.stats.trampolines_named_otherwise += 1;
                 }
                 out.push(*f);
@@ -526,7 +523,6 @@ impl Python {
         let frame = self.new_frame(conv, format!("{} ({})", info.name, info.file));
         let cf = CodeFrame {
             frame,
-            trampoline: format!("py::{}:{}", info.name, info.file),
             info,
             first_traceable,
         };
@@ -534,7 +530,7 @@ impl Python {
         Some((frame, first_traceable))
     }
 
-    /// The frame of Python frame `py` of `pid` at instruction `instr`
+    /// The frame of Python frame `py` of `pid` at its instruction
     /// (`qualname (file:line)`), once its code's frame is made; `None`
     /// where the line table gives the instruction no line.
     fn line_frame<W: io::Write>(
@@ -542,11 +538,11 @@ impl Python {
         conv: &mut Converter<W>,
         pid: u32,
         py: &PyFrame,
-        instr: i64,
     ) -> Option<Frame> {
-        let key = (pid, py.code, py.identity);
-        let cf = self.code_frames.get(&key)?;
-        let line = cf.info.line(&self.procs.get(&pid)?.interp.layout, instr)?;
+        let cf = self.code_frames.get(&(pid, py.code, py.identity))?;
+        let line = cf
+            .info
+            .line(&self.procs.get(&pid)?.interp.layout, py.instr)?;
         if let Some(&f) = self.line_frames.get(&(pid, py.code, py.identity, line)) {
             return Some(f);
         }
@@ -575,6 +571,15 @@ impl Python {
         self.names.push((id, vec![name]));
         frame
     }
+}
+
+/// Whether `name`, a JIT frame's, is the perf trampoline CPython writes for
+/// `code`: `py::qualname:file`.
+fn names_code(name: &str, code: &CodeInfo) -> bool {
+    name.strip_prefix("py::")
+        .and_then(|r| r.strip_suffix(code.file.as_str()))
+        .and_then(|r| r.strip_suffix(':'))
+        == Some(code.name.as_str())
 }
 
 /// Attaches `program` to every event in `events`, which empties.

@@ -39,6 +39,14 @@ pub enum TrampolineShape {
     },
 }
 
+/// Every known shape.
+const ALL: [TrampolineShape; 4] = [
+    TrampolineShape::SubCallAdd { endbr: false },
+    TrampolineShape::SubCallAdd { endbr: true },
+    TrampolineShape::PushCallPop { endbr: false },
+    TrampolineShape::PushCallPop { endbr: true },
+];
+
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 const SUB_CALL_ADD: [u8; 11] = [
     0x48, 0x83, 0xec, 0x08, // sub $8,%rsp
@@ -86,18 +94,17 @@ impl TrampolineShape {
         }
     }
 
+    /// The shape of the trampoline `code` starts with, if it starts with
+    /// one of the known ones (what follows it is not looked at).
+    pub fn starting(code: &[u8]) -> Option<Self> {
+        ALL.into_iter()
+            .find(|s| code.get(..s.byte_len() as usize).and_then(Self::from_code) == Some(*s))
+    }
+
     /// The shape a trampoline of `len` bytes has: each known shape has its
     /// own length (8, 11, 12, 15), which is what a perf map line gives.
     pub fn from_len(len: u64) -> Option<Self> {
-        [false, true]
-            .into_iter()
-            .flat_map(|endbr| {
-                [
-                    TrampolineShape::SubCallAdd { endbr },
-                    TrampolineShape::PushCallPop { endbr },
-                ]
-            })
-            .find(|s| s.byte_len() == len)
+        ALL.into_iter().find(|s| s.byte_len() == len)
     }
 
     /// Its length in bytes.
