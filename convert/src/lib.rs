@@ -23,7 +23,7 @@ use flamerec_format::{
     Frame, FrameId, Mapping, Module, ModuleId, ModuleKind, Sample, StackId, Writer,
 };
 use flamerec_unwind::callchain::{self, Side};
-use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
+use flamerec_unwind::{Cut, Outcome, StackUnwinder, UserRegs};
 
 use maps::Processes;
 
@@ -69,6 +69,10 @@ pub struct Converter<W: io::Write> {
     addrs: Vec<u64>,
 }
 
+/// The module of user addresses no mapping holds (it is not code that
+/// anything names later: not JIT code).
+pub const UNKNOWN_MODULE: &str = "[unknown]";
+
 impl<W: io::Write> Converter<W> {
     /// A converter writing to `writer`, with `[kernel.kallsyms]` and
     /// `[unknown]` as its first modules. `unwinder` is given when samples
@@ -81,7 +85,7 @@ impl<W: io::Write> Converter<W> {
         });
         let unknown = writer.module(&Module {
             kind: ModuleKind::Anonymous,
-            path: "[unknown]".into(),
+            path: UNKNOWN_MODULE.into(),
             build_id: Vec::new(),
         });
         Converter {
@@ -278,12 +282,22 @@ impl<W: io::Write> Converter<W> {
 
     /// Appends the frames of an unwind's addresses (the instruction
     /// pointer first, then return addresses, which step back into their
-    /// call instruction).
-    pub fn unwound_frames(&self, pid: u32, addrs: &[u64], out: &mut Vec<Frame>) {
+    /// call instruction). A return address no mapping holds is not a
+    /// caller (no call returns into unmapped memory: a rule that read the
+    /// wrong word found it): the frames end before it, and false says the
+    /// stack was cut there.
+    pub fn unwound_frames(&self, pid: u32, addrs: &[u64], out: &mut Vec<Frame>) -> bool {
         for (i, &a) in addrs.iter().enumerate() {
-            let addr = if i == 0 { a } else { a.wrapping_sub(1) };
-            out.push(self.user_frame(pid, addr));
+            if i == 0 {
+                out.push(self.user_frame(pid, a));
+                continue;
+            }
+            match self.procs.resolve(pid, a.wrapping_sub(1)) {
+                Some(f) => out.push(f),
+                None => return false,
+            }
         }
+        true
     }
 
     /// Unwinds a user stack copy (the bytes from `regs.sp` up) by DWARF and
@@ -299,9 +313,13 @@ impl<W: io::Write> Converter<W> {
         let mut addrs = std::mem::take(&mut self.addrs);
         addrs.clear();
         let outcome = u.unwind(pid, regs, copy, &mut addrs);
-        self.unwound_frames(pid, &addrs, out);
+        let whole = self.unwound_frames(pid, &addrs, out);
         self.addrs = addrs;
-        Some(outcome)
+        Some(if whole {
+            outcome
+        } else {
+            Outcome::Truncated(Cut::NoRule)
+        })
     }
 
     /// Interns a stack given leaf first. Frames are interned root first,
@@ -374,11 +392,19 @@ mod tests {
         assert_eq!(c.user_frame(12, 0x80_0010), f);
         // Return addresses step back into the call; the ip does not.
         let mut out = Vec::new();
-        c.unwound_frames(10, &[0x40_0010, 0x40_0020], &mut out);
+        assert!(c.unwound_frames(10, &[0x40_0010, 0x40_0020], &mut out));
         assert_eq!(
             out.iter().map(|f| f.address).collect::<Vec<_>>(),
             [0x2010, 0x201f]
         );
+        // A return address no mapping holds ends the frames before it.
+        out.clear();
+        assert!(!c.unwound_frames(10, &[0x40_0010, 0x1, 0x40_0020], &mut out));
+        assert_eq!(out.iter().map(|f| f.address).collect::<Vec<_>>(), [0x2010]);
+        // The instruction pointer is the sample's own: kept wherever it is.
+        out.clear();
+        assert!(c.unwound_frames(10, &[0x1], &mut out));
+        assert_eq!(out.len(), 1);
         let regs = UserRegs {
             ip: 0x40_0010,
             sp: 0,

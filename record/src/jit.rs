@@ -257,10 +257,12 @@ impl JitNames {
         let from = self.anon.len();
         for (i, m) in writer.modules_from(from).iter().enumerate() {
             let id = (from + i) as ModuleId;
-            // Not the recorder's own: JIT names' modules, and the Python
-            // frames' (`[python]`, named by the Python reader).
+            // Not the recorder's own: JIT names' modules, the Python
+            // frames' (`[python]`, named by the Python reader), and
+            // addresses no mapping holds.
             let plain = m.kind == ModuleKind::Anonymous
-                && m.path != "[python]"
+                && m.path != crate::python::MODULE
+                && m.path != flamerec_convert::UNKNOWN_MODULE
                 && !self.names.contains_key(&id);
             self.anon.push(plain);
         }

@@ -33,6 +33,10 @@ use flamerec_python::{
 use crate::rings::Event;
 use crate::sys;
 
+/// The module Python frames belong to (named by this reader, not by a
+/// file, map or dump).
+pub(crate) const MODULE: &str = "[python]";
+
 /// The ring the walks go through: records of up to 3 KiB, read each round.
 const RING_BYTES: u32 = 8 << 20;
 /// A walk ran this close to its sample's time (the kernel takes the
@@ -553,12 +557,12 @@ impl Python {
         Some(frame)
     }
 
-    /// A new frame of the `[python]` module, named `name`.
+    /// A new frame of the [`MODULE`], named `name`.
     fn new_frame<W: io::Write>(&mut self, conv: &mut Converter<W>, name: String) -> Frame {
         let module = *self.module.get_or_insert_with(|| {
             conv.writer_mut().module(&Module {
                 kind: ModuleKind::Anonymous,
-                path: "[python]".into(),
+                path: MODULE.into(),
                 build_id: Vec::new(),
             })
         });

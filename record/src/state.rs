@@ -26,7 +26,7 @@ use flamerec_perf::parse::{words, Layout, PerfRecord, SampleRecord};
 use flamerec_symbolize::kallsyms::Kallsyms;
 use flamerec_symbolize::live::vdso_image;
 use flamerec_unwind::callchain::{self, Side};
-use flamerec_unwind::{Outcome, StackUnwinder, UserRegs};
+use flamerec_unwind::{Cut, Outcome, StackUnwinder, UserRegs};
 
 use crate::deep::{LiveStacks, Pending, Settled, Unwound, UserStack};
 use crate::defer::{self, Deferred};
@@ -491,8 +491,12 @@ impl<W: io::Write> State<W> {
             u.unwind(s.pid, stack.regs, s.user_stack, &mut addrs);
         }
         self.write_settled(settled);
+        let whole = self.conv.unwound_frames(raw.pid, &addrs, &mut raw.user);
         match unwound {
-            Ok(unwound) => {
+            Ok(mut unwound) => {
+                if !whole {
+                    unwound.outcome = Outcome::Truncated(Cut::NoRule);
+                }
                 raw.user_cut = matches!(unwound.outcome, Outcome::Truncated(_));
                 self.count(&unwound);
             }
@@ -501,7 +505,6 @@ impl<W: io::Write> State<W> {
                 self.counts.truncated += 1;
             }
         }
-        self.conv.unwound_frames(raw.pid, &addrs, &mut raw.user);
         self.user_addrs = addrs;
         self.finish_raw(raw);
     }
@@ -539,11 +542,13 @@ impl<W: io::Write> State<W> {
     }
 
     fn write_settled(&mut self, done: Vec<Settled>) {
-        for d in done {
-            self.count(&d.unwound);
+        for mut d in done {
             let mut raw = d.sample.raw;
+            if !self.conv.unwound_frames(raw.pid, &d.addrs, &mut raw.user) {
+                d.unwound.outcome = Outcome::Truncated(Cut::NoRule);
+            }
+            self.count(&d.unwound);
             raw.user_cut = matches!(d.unwound.outcome, Outcome::Truncated(_));
-            self.conv.unwound_frames(raw.pid, &d.addrs, &mut raw.user);
             self.finish_raw(raw);
         }
     }
