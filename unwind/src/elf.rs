@@ -56,6 +56,9 @@ pub struct UnwindSections {
     /// The ELF entry point (stated address), where a process or the dynamic
     /// loader starts: nothing calls it, so a stack ending there is whole.
     pub entry: Option<u64>,
+    /// Stated address ranges whose CFA is kept in a register framehop does
+    /// not follow, sorted (filled by the unwinder when it loads the file).
+    pub cfa_elsewhere: Vec<Range<u64>>,
 }
 
 impl UnwindSections {

@@ -12,9 +12,11 @@
 
 use std::sync::Arc;
 
+use std::ops::Range;
+
 use gimli::{
-    BaseAddresses, CfaRule, EhFrame, EhFrameHdr, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection, X86_64,
+    BaseAddresses, CallFrameInstruction, CfaRule, CieOrFde, EhFrame, EhFrameHdr, LittleEndian,
+    Register, RegisterRule, UnwindContext, UnwindSection, X86_64,
 };
 
 use crate::elf::UnwindSections;
@@ -80,6 +82,73 @@ pub(crate) fn rules(module: &CfiModule, avma: u64) -> Option<Rules> {
         bp: saved(X86_64::RBP),
         bx: saved(X86_64::RBX),
     })
+}
+
+/// The rows (stated address ranges, sorted) of `s`'s `.eh_frame` whose CFA
+/// is kept in a register other than rsp and rbp. framehop cannot find such
+/// a frame's CFA and falls back to the frame-pointer rule, which in code
+/// without frame pointers reads a word no call put there as the return
+/// address (measured: `[unknown]+0x0` above `_dl_runtime_resolve_xsavec`);
+/// the walk steps these rows itself. Only FDEs whose instructions name
+/// another register have their rows evaluated (a few in glibc).
+pub(crate) fn cfa_elsewhere(s: &UnwindSections) -> Vec<Range<u64>> {
+    let Some((eh_range, eh_bytes)) = s.eh_frame.as_ref() else {
+        return Vec::new();
+    };
+    let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(eh_range.start);
+    if let Some(text) = &s.text {
+        bases = bases.set_text(text.start);
+    }
+    if let Some((hdr, _)) = &s.eh_frame_hdr {
+        bases = bases.set_eh_frame_hdr(hdr.start);
+    }
+    let followed = |r: Register| r == X86_64::RSP || r == X86_64::RBP;
+    let mut out = Vec::new();
+    let mut ctx = UnwindContext::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+            continue;
+        };
+        let mut instructions = fde.instructions(&eh_frame, &bases);
+        let mut other = false;
+        while let Ok(Some(i)) = instructions.next() {
+            if let CallFrameInstruction::DefCfa { register, .. }
+            | CallFrameInstruction::DefCfaSf { register, .. }
+            | CallFrameInstruction::DefCfaRegister { register } = i
+            {
+                if !followed(register) {
+                    other = true;
+                    break;
+                }
+            }
+        }
+        if !other {
+            continue;
+        }
+        let Ok(mut rows) = fde.rows(&eh_frame, &bases, &mut ctx) else {
+            continue;
+        };
+        while let Ok(Some(row)) = rows.next_row() {
+            if let CfaRule::RegisterAndOffset { register, .. } = row.cfa() {
+                if !followed(*register) {
+                    out.push(row.start_address()..row.end_address());
+                }
+            }
+        }
+    }
+    out.sort_by_key(|r| r.start);
+    out
+}
+
+/// Whether `svma` lies in one of `ranges` (sorted, as [`cfa_elsewhere`] gives).
+pub(crate) fn in_ranges(ranges: &[Range<u64>], svma: u64) -> bool {
+    let i = ranges.partition_point(|r| r.start <= svma);
+    i > 0 && svma < ranges[i - 1].end
 }
 
 /// The caller's (ip, sp, bp) of a frame whose CFA is `rbx`-based, given
@@ -153,6 +222,43 @@ mod tests {
         assert_eq!(r.cfa, (X86_64::RSP, 8));
         assert_eq!(r.ra, Some(-8));
         assert!(rules(&m, 16).is_none());
+    }
+
+    /// glibc's lazy-binding trampolines keep their CFA in rbx (and a few
+    /// loader functions in other registers): the dynamic loader's rows say
+    /// so, each found row's own rules agree, the rows next to them do not,
+    /// and this binary (Rust, no such code) has none.
+    #[test]
+    fn rows_keeping_the_cfa_in_rbx_are_found() {
+        assert!(cfa_elsewhere(&this_binary().sections).is_empty());
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let ld = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/ld-linux"))
+            .expect("a dynamic loader");
+        let f = std::fs::File::open(ld).expect("the loader");
+        let sections = crate::read_unwind_sections(&f).expect("ELF");
+        let ranges = cfa_elsewhere(&sections);
+        assert!(!ranges.is_empty(), "{ld}");
+        let m = CfiModule {
+            bias: 0,
+            sections: Arc::new(sections),
+        };
+        let mut in_rbx = 0;
+        for r in &ranges {
+            let own = rules(&m, r.start).expect("rules");
+            assert!(![X86_64::RSP, X86_64::RBP].contains(&own.cfa.0), "{r:x?}");
+            in_rbx += usize::from(own.cfa.0 == X86_64::RBX);
+            assert!(in_ranges(&ranges, r.start) && in_ranges(&ranges, r.end - 1));
+            let before = rules(&m, r.start - 1).map(|b| b.cfa.0);
+            assert!(
+                before.is_none_or(|b| [X86_64::RSP, X86_64::RBP].contains(&b))
+                    || in_ranges(&ranges, r.start - 1),
+                "{r:x?}"
+            );
+        }
+        assert!(in_rbx > 0, "{ranges:x?}");
     }
 
     #[test]

@@ -173,6 +173,13 @@ impl Process {
     }
 }
 
+/// A file's unwind sections as the walk uses them: with the rows framehop
+/// cannot step found once.
+fn loaded(mut s: UnwindSections) -> Arc<UnwindSections> {
+    s.cfa_elsewhere = fallback::cfa_elsewhere(&s);
+    Arc::new(s)
+}
+
 /// Unwinds user stacks of any number of processes.
 pub struct StackUnwinder {
     processes: HashMap<u32, Process>,
@@ -215,7 +222,7 @@ impl StackUnwinder {
         let s = File::open(path)
             .ok()
             .and_then(|f| read_unwind_sections(&f))
-            .map(Arc::new);
+            .map(loaded);
         if s.is_none() {
             self.stats.unreadable_files += 1;
         }
@@ -225,7 +232,7 @@ impl StackUnwinder {
 
     /// Registers the unwind data of an in-memory image (the vDSO) under `name`.
     pub fn add_image(&mut self, name: &str, image: &[u8]) {
-        let s = read_unwind_sections(image).map(Arc::new);
+        let s = read_unwind_sections(image).map(loaded);
         self.files.insert((name.to_string(), Vec::new()), s);
     }
 

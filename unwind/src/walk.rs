@@ -7,7 +7,7 @@
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder as _};
 
-use crate::fallback::{step_by_rbx, CfiModule};
+use crate::fallback::{in_ranges, step_by_rbx, CfiModule};
 use crate::{Beyond, Cut, FrameState, Outcome, OuterFrames, Process, UserRegs};
 
 /// The copied slice of a stack: `bytes` from address `start` upwards.
@@ -126,6 +126,8 @@ pub(crate) fn walk(
                     None => Err(()),
                 }
             }
+            // framehop would guess these by frame pointer: stepped below.
+            None if proc.cfa_elsewhere(address.address_for_lookup()) => Err(()),
             None => proc
                 .unwinder
                 .unwind_frame(address, &mut uregs, cache, &mut read)
@@ -218,5 +220,18 @@ impl Process {
     fn cfi_module(&self, addr: u64) -> Option<CfiModule> {
         let (_, m) = self.ranges.range(..=addr).next_back()?;
         (addr < m.end).then(|| m.cfi.clone()).flatten()
+    }
+
+    /// Whether the row of `addr` keeps its CFA where framehop cannot see.
+    fn cfa_elsewhere(&self, addr: u64) -> bool {
+        let Some((_, m)) = self.ranges.range(..=addr).next_back() else {
+            return false;
+        };
+        match &m.cfi {
+            Some(c) if addr < m.end && !c.sections.cfa_elsewhere.is_empty() => {
+                in_ranges(&c.sections.cfa_elsewhere, addr.wrapping_sub(c.bias))
+            }
+            _ => false,
+        }
     }
 }
