@@ -461,3 +461,88 @@ fn code_made_where_other_code_was_freed_is_named_by_the_code_sampled() {
         );
     }
 }
+
+/// 300 calls of `down` above a loop in `spin`: deeper than one walk reads.
+const DEEP: &str = "
+import sys
+sys.setrecursionlimit(2000)
+def spin(n):
+    s = 0
+    for i in range(n):
+        s += i
+    return s
+def down(d):
+    if d == 0:
+        return sum(spin(20000) for _ in range(int(sys.argv[1])))
+    return down(d - 1)
+down(300)
+";
+
+/// A Python stack deeper than one walk reads (300 calls of `down`, 192
+/// frames read) shows its innermost frames: from 3.11 (one eval-loop call
+/// runs them all) under `[outer Python frames not read]`, before 3.11
+/// (one call each) the outer calls keep their native frames. Never the
+/// outer frames paired with the wrong calls, never `<module>`. Bound:
+/// ≥ 1/2 of the samples show `spin` under ≥ 150 `down` (measured: all but
+/// the start-up's, ≈ 90%); `spin` runs 0.5–0.8 s of CPU: ≥ 300 samples.
+#[test]
+fn a_stack_deeper_than_one_walk_shows_its_innermost_frames_and_says_so() {
+    if !bpf_usable() {
+        return;
+    }
+    let dir = tmp();
+    for (minor, python) in cpythons() {
+        let what = python.display().to_string();
+        let out = dir.path().join("deep.frec");
+        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), "-c", DEEP, "1500"]) else {
+            return;
+        };
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        let (mut all, mut deep) = (0, 0);
+        for (frames, n) in fold(&out, &[]) {
+            all += n;
+            if !frames.iter().any(|f| f.starts_with("spin (")) {
+                continue;
+            }
+            let line = frames.join(";");
+            let downs = frames.iter().filter(|f| f.starts_with("down (")).count();
+            assert!(
+                downs <= flamerec_python::bpf::MAX_BPF_FRAMES,
+                "{what}: {line}"
+            );
+            assert!(!line.contains("<module>"), "{what}: {line}");
+            let Some(outer) = frames.iter().position(|f| f.starts_with("down (")) else {
+                continue;
+            };
+            // The calls of `down` shown stand together, innermost last.
+            assert!(
+                frames[outer..outer + downs]
+                    .iter()
+                    .all(|f| f.starts_with("down (")),
+                "{what}: {line}"
+            );
+            if downs >= 150 {
+                let above = &frames[..outer];
+                if minor >= 11 {
+                    let marker = above.last().map(String::as_str);
+                    assert_eq!(
+                        marker,
+                        Some("[outer Python frames not read]"),
+                        "{what}: {line}"
+                    );
+                } else {
+                    assert!(
+                        above.iter().any(|f| f == "_PyEval_EvalFrameDefault"),
+                        "{what}: {line}"
+                    );
+                }
+                deep += n;
+            }
+        }
+        assert!(
+            deep * 2 >= all && all >= 300,
+            "{what}: {deep} of {all}: {}",
+            stderr(&o)
+        );
+    }
+}

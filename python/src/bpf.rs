@@ -22,7 +22,7 @@ use crate::layout::{debug_offsets_3130, FrameModel, Layout, OWNED_BY_CSTACK, RUN
 use crate::{PyFrame, Run};
 
 /// Frames one sample's walk reads at most.
-pub const MAX_BPF_FRAMES: usize = 96;
+pub const MAX_BPF_FRAMES: usize = 192;
 /// Bytes of a record's head: the thread (`tgid << 32 | tid`), the count of
 /// frames, the time of the walk (CLOCK_MONOTONIC ns: the kernel takes the
 /// sample's own time a few µs before it runs the program) and the sampled
@@ -313,10 +313,19 @@ impl Record {
         })
     }
 
+    /// Whether the walk stopped at [`MAX_BPF_FRAMES`] rather than at the
+    /// end of the thread's frames: its runs are then the innermost ones.
+    pub fn is_full(&self) -> bool {
+        self.frames.len() >= MAX_BPF_FRAMES
+    }
+
     /// The frames cut into runs by `layout`'s marks, as
     /// [`crate::Interpreter::stack`] cuts those it reads; incomplete frames
     /// are not told apart here (their code's first traceable instruction is
-    /// in the code object, which user space reads when it names them).
+    /// in the code object, which user space reads when it names them). A
+    /// [full](Record::is_full) walk's frames after its last complete run
+    /// are the innermost of a run whose rest was not read: that run is
+    /// [cut](Run::cut).
     pub fn runs(&self, layout: &Layout) -> Vec<Run> {
         let mut runs = Vec::new();
         let mut current = Run::default();
@@ -362,6 +371,7 @@ impl Record {
             }
         }
         if !current.frames.is_empty() {
+            current.cut = self.is_full();
             runs.push(current);
         }
         runs

@@ -159,6 +159,9 @@ pub struct Run {
     /// 3.11+: an address in the native stack frame of the eval-loop call
     /// that runs these frames (its `_PyCFrame` or entry frame, a local).
     pub marker: Option<u64>,
+    /// Only the innermost of its frames were read (the walk reached its
+    /// frame limit inside this call).
+    pub cut: bool,
 }
 
 /// A thread's Python stack.

@@ -49,6 +49,10 @@ const REFRESH_EVERY: Duration = Duration::from_millis(10);
 /// The name of a Python frame whose code object was freed after the
 /// sample, and another made at its address, before it was named.
 const GONE: &str = "[Python code freed before it was named]";
+/// The frame standing above the innermost Python frames of an eval-loop
+/// call whose outer frames one walk could not read (more than
+/// [`flamerec_python::bpf::MAX_BPF_FRAMES`] deep).
+const DEEPER: &str = "[outer Python frames not read]";
 
 /// Counts of what happened to Python samples, for the summary and `info`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +72,9 @@ pub(crate) struct PythonStats {
     /// Python frames shown as [`GONE`]: their code object was freed after
     /// the sample and another made at its address before it was named.
     pub code_gone: u64,
+    /// Samples whose walk stopped at its frame limit with eval-loop calls
+    /// left over: their outer Python frames are not shown.
+    pub walks_full: u64,
 }
 
 /// One CPython process.
@@ -132,8 +139,8 @@ pub(crate) struct Python {
     /// With lines: one frame per (process, code object, line).
     lines: bool,
     line_frames: HashMap<(u32, u64, u64, i32), Frame>,
-    /// The frame standing for code freed before it was named.
-    gone: Option<Frame>,
+    /// The frames standing for Python frames that cannot be named.
+    markers: HashMap<&'static str, Frame>,
     module: Option<ModuleId>,
     next_address: u64,
     /// Processes whose thread states are to be read at the round's end.
@@ -186,7 +193,7 @@ impl Python {
                 code_frames: HashMap::new(),
                 lines,
                 line_frames: HashMap::new(),
-                gone: None,
+                markers: HashMap::new(),
                 module: None,
                 next_address: 0,
                 stale: HashSet::new(),
@@ -414,10 +421,19 @@ impl Python {
         let in_eval = |f: &Frame| {
             Some(f.module) == p.binary && p.eval.iter().any(|&(a, b)| (a..b).contains(&f.address))
         };
-        let evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
+        let mut evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
         let mut runs = runs;
         if cut && evals.len() < runs.len() {
             runs.truncate(evals.len());
+        }
+        // A walk that stopped at its frame limit holds the innermost runs:
+        // they pair with the innermost eval-loop calls, the outer calls
+        // keep their native frames.
+        if walk.is_full() && evals.len() > runs.len() {
+            evals.truncate(runs.len());
+        }
+        if walk.is_full() && evals.len() == runs.len() {
+            self.stats.walks_full += 1;
         }
         if evals.len() != runs.len() {
             self.stats.unpaired += 1;
@@ -456,6 +472,11 @@ impl Python {
                             outermost = Some((py.code, py.identity));
                         }
                     }
+                }
+                if runs[next].cut {
+                    // Its outer frames were not read: said, not hidden.
+                    out.push(self.marker_frame(conv, DEEPER));
+                    outermost = None;
                 }
                 next += 1;
                 continue;
@@ -515,14 +536,7 @@ impl Python {
         // is shown as gone, never named after the code there now.
         if identity != 0 && code_identity(&mem, layout, code).ok()? != identity {
             self.stats.code_gone += 1;
-            let gone = match self.gone {
-                Some(f) => f,
-                None => {
-                    let f = self.new_frame(conv, GONE.to_string());
-                    *self.gone.insert(f)
-                }
-            };
-            return Some((gone, None));
+            return Some((self.marker_frame(conv, GONE), None));
         }
         let frame = self.new_frame(conv, format!("{} ({})", info.name, info.file));
         let cf = CodeFrame {
@@ -555,6 +569,17 @@ impl Python {
         self.line_frames
             .insert((pid, py.code, py.identity, line), frame);
         Some(frame)
+    }
+
+    /// The frame named `text` (one of [`GONE`] and [`DEEPER`]): what is
+    /// shown for Python frames that cannot be named.
+    fn marker_frame<W: io::Write>(&mut self, conv: &mut Converter<W>, text: &'static str) -> Frame {
+        if let Some(&f) = self.markers.get(text) {
+            return f;
+        }
+        let f = self.new_frame(conv, text.to_string());
+        self.markers.insert(text, f);
+        f
     }
 
     /// A new frame of the [`MODULE`], named `name`.

@@ -643,6 +643,13 @@ fn python_warnings(s: &crate::python::PythonStats) -> Vec<String> {
             s.code_gone
         ));
     }
+    if s.walks_full > 0 {
+        out.push(format!(
+            "{} samples ran more than {} Python frames deep (the most one walk reads): the Python frames of their innermost eval-loop calls are shown, the outer calls keep their native frames",
+            s.walks_full,
+            flamerec_python::bpf::MAX_BPF_FRAMES,
+        ));
+    }
     if s.trampolines_named_otherwise > 0 {
         out.push(format!(
             "{} of {} perf trampolines (-X perf) named other code than the Python frame they called, read at the sample; both are shown",
