@@ -546,3 +546,62 @@ fn a_stack_deeper_than_one_walk_shows_its_innermost_frames_and_says_so() {
         );
     }
 }
+
+/// Top-level code compiled, run for ≈ 10 ms and freed, 100 times: each
+/// code object is gone (and often another made at its address) long
+/// before the recorder's next round could read it.
+const SHORT_LIVED: &str = r#"
+for i in range(100):
+    src = "n = 0\nwhile n < 200000:\n    n += 1\n"
+    exec(compile(src, "gen%d.py" % i, "exec"), {})
+"#;
+
+/// Code freed right after it ran is named as the walk read it at the
+/// sample, each file apart: ≥ 1/2 of the samples show `<module> (genN.py)`
+/// (measured ≈ 95%: the rest is start-up and compiling; ≈ 1 s of CPU,
+/// ≥ 300 samples) for ≥ 50 of the 100 files (each runs ≈ 8 samples), and
+/// at most 1% are shown as freed before they were named (0 measured; 16
+/// of 832 without the names read at the sample, on an idle machine, more
+/// when the recorder waits for a CPU). By the code's and file name's
+/// addresses alone, every sample was named after one file (each file name
+/// is made where the last one was freed).
+#[test]
+fn code_freed_right_after_it_ran_is_named_as_read_at_the_sample() {
+    if !bpf_usable() {
+        return;
+    }
+    let dir = tmp();
+    for (_, python) in cpythons() {
+        let what = python.display().to_string();
+        let out = dir.path().join("short.frec");
+        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), "-c", SHORT_LIVED]) else {
+            return;
+        };
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        let (mut all, mut named, mut gone) = (0, 0, 0);
+        let mut files = std::collections::BTreeSet::new();
+        for (frames, n) in fold(&out, &[]) {
+            all += n;
+            if frames
+                .iter()
+                .any(|f| f == "[Python code freed before it was named]")
+            {
+                gone += n;
+            }
+            let module = frames.iter().find_map(|f| {
+                let file = f.strip_prefix("<module> (gen")?.strip_suffix(".py)")?;
+                file.parse::<u32>().ok()
+            });
+            if let Some(i) = module {
+                files.insert(i);
+                named += n;
+            }
+        }
+        assert!(
+            named * 2 >= all && all >= 300 && gone * 100 <= all && files.len() >= 50,
+            "{what}: {named} of {all} samples named, {gone} freed, {} files: {}",
+            files.len(),
+            stderr(&o)
+        );
+    }
+}

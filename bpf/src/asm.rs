@@ -259,6 +259,9 @@ pub mod helper {
     pub const PERF_EVENT_OUTPUT: i32 = 25;
     /// `long bpf_probe_read_user(dst, size, unsafe_ptr)` (Linux 5.5+).
     pub const PROBE_READ_USER: i32 = 112;
+    /// `long bpf_probe_read_user_str(dst, size, unsafe_ptr)` (Linux 5.5+):
+    /// up to and with the first NUL.
+    pub const PROBE_READ_USER_STR: i32 = 114;
     /// `long bpf_ringbuf_output(ringbuf, data, size, flags)` (Linux 5.8+).
     pub const RINGBUF_OUTPUT: i32 = 130;
 }

@@ -41,6 +41,11 @@ pub enum BpfError {
     /// Reading or writing an element failed.
     #[error("a BPF map element: {0}")]
     Element(#[source] io::Error),
+    /// A program could not be put together ([`asm::Code::finish`]).
+    #[error(
+        "building a BPF program: a jump reaches farther than 32,767 instructions, or to no label"
+    )]
+    Build,
 }
 
 /// Kinds of maps.
@@ -48,6 +53,8 @@ pub enum BpfError {
 pub enum MapKind {
     /// Keys to values, created as they are written.
     Hash,
+    /// A hash whose least recently used keys make room for new ones.
+    LruHash,
     /// `max_entries` values indexed by a u32 key, all present.
     Array,
     /// An array with one value per CPU (programs see their CPU's).
@@ -60,6 +67,7 @@ impl MapKind {
     fn code(self) -> u32 {
         match self {
             MapKind::Hash => 1,
+            MapKind::LruHash => 9,
             MapKind::Array => 2,
             MapKind::PerCpuArray => 6,
             MapKind::RingBuf => 27,

@@ -18,7 +18,10 @@ use flamerec_bpf::asm::{
 };
 use flamerec_bpf::{BpfError, Map, MapKind, Program, RingBuffer};
 
-use crate::layout::{debug_offsets_3130, FrameModel, Layout, OWNED_BY_CSTACK, RUNTIME_SIZE_3130};
+use crate::code::captured_str;
+use crate::layout::{
+    debug_offsets_3130, FrameModel, Layout, OWNED_BY_CSTACK, RUNTIME_SIZE_3130, STR_LENGTH,
+};
 use crate::{PyFrame, Run};
 
 /// Frames one sample's walk reads at most.
@@ -43,6 +46,24 @@ const FRAME_AT: i16 = -128;
 /// Where the code object's file name and name pointers go (at most 32
 /// bytes, from its file name on).
 const NAMES_AT: i16 = -160;
+/// Where a name record is built on the program's stack: the 352 bytes
+/// below [`NAMES_AT`] (the stack is 512 bytes).
+const NAME_REC_AT: i16 = -512;
+/// A name record: a word of ones (no walk's thread word), the process, the
+/// code object, its identity word, then for its name and its file name
+/// the string object's length, hash and state (24 bytes each, read from
+/// the object's 16th byte on), then the name's and the file name's ASCII
+/// bytes up to their NUL ([`NAME_BYTES`], [`FILE_BYTES`]).
+const NAME_REC_LEN: usize = 352;
+const NAME_HEAD: usize = 32;
+const NAME_BYTES: usize = 64;
+const FILE_BYTES: usize = NAME_REC_LEN - NAME_HEAD - 48 - NAME_BYTES;
+/// Where the file name's last 8 characters are read to.
+const TAIL_AT: i16 = -16;
+/// The innermost frames whose code's names the walk reads.
+const NAMED_FRAMES: usize = 32;
+/// Code objects whose names were sent, per process.
+const KNOWN_CODES: u32 = 65_536;
 /// The layouts the program knows, by index (the value of the process map).
 const MINORS: [u8; 6] = [8, 9, 10, 11, 12, 13];
 
@@ -70,6 +91,9 @@ pub struct WalkerMaps {
     threads: Map,
     /// The per-CPU record of the last walk.
     pub records: Map,
+    /// (process, code object) → identity of the code whose names the
+    /// program sent last: sent again only for code it has not sent.
+    known: Map,
 }
 
 impl WalkerMaps {
@@ -79,6 +103,7 @@ impl WalkerMaps {
             processes: Map::new(MapKind::Hash, 4, 4, processes)?,
             threads: Map::new(MapKind::Hash, 4, 8, threads)?,
             records: Map::new(MapKind::PerCpuArray, 4, RECORD_LEN as u32, 1)?,
+            known: Map::new(MapKind::LruHash, 16, 8, KNOWN_CODES)?,
         })
     }
 
@@ -113,13 +138,13 @@ impl WalkerMaps {
     /// The walker program over these maps; with `ring`, each walk's
     /// record is also written there (as long as its frames need).
     pub fn program(&self, ring: Option<&RingBuffer>) -> Result<Program, BpfError> {
-        Program::perf_event(&self.code(ring.map(RingBuffer::fd)))
+        let code = self.code(ring.map(RingBuffer::fd)).ok_or(BpfError::Build)?;
+        Program::perf_event(&code)
     }
 
-    fn code(&self, ring: Option<i32>) -> Vec<asm::Insn> {
+    fn code(&self, ring: Option<i32>) -> Option<Vec<asm::Insn>> {
         let mut c = Code::new();
         let out = c.label();
-        let emit = c.label();
         c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
         c.push([asm::mov(R7, R0)]);
         // The process's layout.
@@ -151,44 +176,65 @@ impl WalkerMaps {
             asm::store(Size::DW, R9, 16, R0),
             asm::load(Size::DW, R1, R6, CTX_IP),
             asm::store(Size::DW, R9, 24, R1),
+        ]);
+        // A name record's first words: the same for every frame. The rest
+        // starts as zeros: whether a frame sent names or not, the next
+        // sees the same kinds of stack words, so the verifier takes the
+        // two ways as one from there (unset, its time grew tenfold).
+        for at in (16..NAME_REC_LEN).step_by(8) {
+            c.push([asm::store_imm(Size::DW, FP, NAME_REC_AT + at as i16, 0)]);
+        }
+        c.push([
+            asm::store_imm(Size::DW, FP, NAME_REC_AT, -1),
+            asm::mov(R1, R7),
+            asm::rsh_imm(R1, 32),
+            asm::store(Size::DW, FP, NAME_REC_AT + 8, R1),
             asm::load(Size::W, R1, FP, -8),
         ]);
-        // One walk per layout, its offsets as immediates.
-        let walks: Vec<(u8, Label)> = MINORS.iter().map(|&m| (m, c.label())).collect();
-        for (i, (_, l)) in walks.iter().enumerate() {
-            c.jump(asm::jeq_imm(R1, i as i32, 0), *l);
-        }
-        c.jump(asm::ja(0), out);
-        for (minor, l) in walks {
-            c.bind(l);
-            if let Some(layout) = known(minor) {
-                walk(&mut c, &layout, emit);
-            }
-            c.jump(asm::ja(0), emit);
-        }
-        c.bind(emit);
-        if let Some(ring) = ring {
-            // Out with the frames read: HEAD + count × ENTRY bytes.
-            c.push([asm::load(Size::DW, R3, R9, 8)]);
-            c.jump(asm::jgt_imm(R3, MAX_BPF_FRAMES as i32, 0), out);
-            c.push([
-                asm::lsh_imm(R3, 5),
-                asm::add_imm(R3, HEAD as i32),
-                asm::mov(R2, R9),
-                asm::mov_imm(R4, 0),
-            ]);
-            c.push(asm::load_map(R1, ring));
-            c.push([asm::call(helper::RINGBUF_OUTPUT)]);
-        }
+        // Jumps reach 32,767 instructions: the exit comes first, then per
+        // layout a check, its walk and its own way out, each jump within
+        // one layout's code.
+        let dispatch = c.label();
+        c.jump(asm::ja(0), dispatch);
         c.bind(out);
         c.push([asm::mov_imm(R0, 1), asm::exit()]);
-        c.finish().unwrap_or_default()
+        c.bind(dispatch);
+        for (i, minor) in MINORS.into_iter().enumerate() {
+            let next = c.label();
+            c.jump(asm::jne_imm(R1, i as i32, 0), next);
+            if let Some(layout) = known(minor) {
+                let (emit, done) = (c.label(), c.label());
+                let names = ring.map(|r| (self.known.fd(), r));
+                walk(&mut c, &layout, emit, names);
+                c.bind(emit);
+                if let Some(ring) = ring {
+                    // Out with the frames read: HEAD + count × ENTRY bytes.
+                    c.push([asm::load(Size::DW, R3, R9, 8)]);
+                    c.jump(asm::jgt_imm(R3, MAX_BPF_FRAMES as i32, 0), done);
+                    c.push([
+                        asm::lsh_imm(R3, 5),
+                        asm::add_imm(R3, HEAD as i32),
+                        asm::mov(R2, R9),
+                        asm::mov_imm(R4, 0),
+                    ]);
+                    c.push(asm::load_map(R1, ring));
+                    c.push([asm::call(helper::RINGBUF_OUTPUT)]);
+                }
+                c.bind(done);
+                c.push([asm::mov_imm(R0, 1), asm::exit()]);
+            }
+            c.bind(next);
+        }
+        c.push([asm::mov_imm(R0, 1), asm::exit()]);
+        c.finish()
     }
 }
 
 /// `r8` holds the thread state, `r9` the record: reads the frame chain
-/// into the record, then (or where a read fails) jumps to `out`.
-fn walk(c: &mut Code, l: &Layout, out: Label) {
+/// into the record, then (or where a read fails) jumps to `out`. With
+/// `names` (the known-code map and the ring), each frame's code object not
+/// sent yet has its names read and sent as a name record.
+fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
     let read8 = |c: &mut Code, base: Reg, off: u64| {
         // *(fp-16) = *(u64 *)(base + off), from user memory.
         c.push([
@@ -239,6 +285,10 @@ fn walk(c: &mut Code, l: &Layout, out: Label) {
         let name_at = l.code_qualname.unwrap_or(l.code_name);
         let span = (name_at + 8).saturating_sub(l.code_filename);
         if (16..=32).contains(&span) {
+            // The file name's length (into r7, free during the walk),
+            // then its last 8 characters: no branch, so the verifier's
+            // work stays one path per frame (a read that fails gives 0,
+            // as `code_identity` takes it).
             c.push([
                 asm::mov(R1, FP),
                 asm::add_imm(R1, i32::from(NAMES_AT)),
@@ -246,12 +296,37 @@ fn walk(c: &mut Code, l: &Layout, out: Label) {
                 asm::load(Size::DW, R3, FP, field(l.frame_code)),
                 asm::add_imm(R3, l.code_filename as i32),
                 asm::call(helper::PROBE_READ_USER),
+                asm::mov(R1, FP),
+                asm::add_imm(R1, i32::from(TAIL_AT)),
+                asm::mov_imm(R2, 8),
+                asm::load(Size::DW, R3, FP, NAMES_AT),
+                asm::add_imm(R3, STR_LENGTH as i32),
+                asm::call(helper::PROBE_READ_USER),
+                asm::load(Size::DW, R7, FP, TAIL_AT),
+                asm::mov(R1, FP),
+                asm::add_imm(R1, i32::from(TAIL_AT)),
+                asm::mov_imm(R2, 8),
+                asm::load(Size::DW, R3, FP, NAMES_AT),
+                asm::add(R3, R7),
+                asm::add_imm(R3, l.ascii_data as i32 - 8),
+                asm::call(helper::PROBE_READ_USER),
+            ]);
+            // The identity: as `mix_identity` mixes the same words.
+            c.push([
                 asm::load(Size::DW, R1, FP, NAMES_AT),
                 asm::load(Size::DW, R2, FP, NAMES_AT + (span - 8) as i16),
                 asm::lsh_imm(R2, 1),
                 asm::add(R1, R2),
+                asm::mov(R2, R7),
+                asm::lsh_imm(R2, 2),
+                asm::add(R1, R2),
+                asm::load(Size::DW, R2, FP, TAIL_AT),
+                asm::add(R1, R2),
                 asm::lsh_imm(R1, 8),
             ]);
+            if let Some((known, ring)) = names.filter(|_| i < NAMED_FRAMES) {
+                send_names(c, l, known, ring, field(l.frame_code), (span - 8) as i16);
+            }
         } else {
             c.push([asm::mov_imm(R1, 0)]);
         }
@@ -267,6 +342,131 @@ fn walk(c: &mut Code, l: &Layout, out: Label) {
             asm::store_imm(Size::DW, R9, 8, i as i32 + 1),
             asm::load(Size::DW, R8, FP, field(l.frame_back)),
         ]);
+    }
+}
+
+/// With `r1` the frame's identity word (marker byte clear) and its code
+/// object's file name and name pointers at [`NAMES_AT`] (the name
+/// `name_at` bytes on), sends a name record for a code object the program
+/// has not sent (or sent with another identity), and remembers it; `r1`
+/// is kept, `r2`–`r5` are lost. A failed read leaves zeros, which user
+/// space does not take for a name.
+fn send_names(c: &mut Code, l: &Layout, known: i32, ring: i32, code_at: i16, name_at: i16) {
+    let done = c.label();
+    let rec = |off: usize| NAME_REC_AT + off as i16;
+    c.push([asm::store(Size::DW, FP, rec(24), R1)]);
+    c.jump(asm::jeq_imm(R1, 0, 0), done);
+    c.push([
+        asm::load(Size::DW, R2, FP, code_at),
+        asm::store(Size::DW, FP, rec(16), R2),
+    ]);
+    c.lookup(known, rec(8));
+    let unknown = c.label();
+    c.jump(asm::jeq_imm(R0, 0, 0), unknown);
+    c.push([
+        asm::load(Size::DW, R1, R0, 0),
+        asm::load(Size::DW, R2, FP, rec(24)),
+    ]);
+    c.jump(asm::jeq(R1, R2, 0), done);
+    c.bind(unknown);
+    c.push(asm::load_map(R1, known));
+    c.push([
+        asm::mov(R2, FP),
+        asm::add_imm(R2, i32::from(rec(8))),
+        asm::mov(R3, FP),
+        asm::add_imm(R3, i32::from(rec(24))),
+        asm::mov_imm(R4, 0),
+        asm::call(helper::MAP_UPDATE_ELEM),
+    ]);
+    // (object pointer's place, header's place, bytes' place, bytes' size)
+    let strings = [
+        (NAMES_AT + name_at, NAME_HEAD, NAME_HEAD + 48, NAME_BYTES),
+        (
+            NAMES_AT,
+            NAME_HEAD + 24,
+            NAME_HEAD + 48 + NAME_BYTES,
+            FILE_BYTES,
+        ),
+    ];
+    for (object, header, bytes, size) in strings {
+        c.push([
+            asm::mov(R1, FP),
+            asm::add_imm(R1, i32::from(rec(header))),
+            asm::mov_imm(R2, 24),
+            asm::load(Size::DW, R3, FP, object),
+            asm::add_imm(R3, STR_LENGTH as i32),
+            asm::call(helper::PROBE_READ_USER),
+            asm::mov(R1, FP),
+            asm::add_imm(R1, i32::from(rec(bytes))),
+            asm::mov_imm(R2, size as i32),
+            asm::load(Size::DW, R3, FP, object),
+            asm::add_imm(R3, l.ascii_data as i32),
+            asm::call(helper::PROBE_READ_USER_STR),
+        ]);
+    }
+    c.push(asm::load_map(R1, ring));
+    c.push([
+        asm::mov(R2, FP),
+        asm::add_imm(R2, i32::from(NAME_REC_AT)),
+        asm::mov_imm(R3, NAME_REC_LEN as i32),
+        asm::mov_imm(R4, 0),
+        asm::call(helper::RINGBUF_OUTPUT),
+    ]);
+    c.bind(done);
+    c.push([asm::load(Size::DW, R1, FP, rec(24))]);
+}
+
+/// What the program writes to its ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A walk: one per sample of a known thread.
+    Walk(Record),
+    /// The names of a code object the walk of a sample met, read then.
+    Names(CodeNames),
+}
+
+impl Entry {
+    /// An entry from its bytes; `None` for a malformed one.
+    pub fn parse(b: &[u8]) -> Option<Entry> {
+        if b.len() == NAME_REC_LEN && b.get(..8) == Some(&[0xff; 8][..]) {
+            return CodeNames::parse(b).map(Entry::Names);
+        }
+        Record::parse(b).map(Entry::Walk)
+    }
+}
+
+/// A code object's name and file name, read by the walk at a sample
+/// (only the code objects it had not sent before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeNames {
+    /// The process.
+    pub tgid: u32,
+    /// The code object's address.
+    pub code: u64,
+    /// Its identity, as [`PyFrame::identity`].
+    pub identity: u64,
+    /// `co_qualname` (3.11+), else `co_name`; `None` where it was not a
+    /// compact ASCII string of fewer than 64 characters.
+    pub name: Option<String>,
+    /// `co_filename`; `None` as for the name (fewer than 208 characters).
+    pub file: Option<String>,
+}
+
+impl CodeNames {
+    fn parse(b: &[u8]) -> Option<CodeNames> {
+        let word = |at: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+        };
+        let string = |header: usize, chars: usize, len: usize| {
+            captured_str(b.get(header..header + 24)?, b.get(chars..chars + len)?)
+        };
+        Some(CodeNames {
+            tgid: u32::try_from(word(8)?).ok()?,
+            code: word(16)?,
+            identity: word(24)? >> 8,
+            name: string(NAME_HEAD, NAME_HEAD + 48, NAME_BYTES),
+            file: string(NAME_HEAD + 24, NAME_HEAD + 48 + NAME_BYTES, FILE_BYTES),
+        })
     }
 }
 
@@ -381,6 +581,64 @@ impl Record {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name record as the program writes it: the code's names taken
+    /// when whole, left out when cut short or not ASCII.
+    #[test]
+    fn name_records_give_whole_ascii_names_only() {
+        let mut b = vec![0u8; NAME_REC_LEN];
+        b[..8].copy_from_slice(&[0xff; 8]);
+        b[8..16].copy_from_slice(&42u64.to_ne_bytes());
+        b[16..24].copy_from_slice(&0x1000u64.to_ne_bytes());
+        b[24..32].copy_from_slice(&(0xabcdu64 << 8).to_ne_bytes());
+        let put =
+            |b: &mut Vec<u8>, header: usize, chars: usize, text: &[u8], length: u64, state: u32| {
+                b[header..header + 8].copy_from_slice(&length.to_le_bytes());
+                b[header + 16..header + 20].copy_from_slice(&state.to_le_bytes());
+                b[chars..chars + text.len()].copy_from_slice(text);
+            };
+        put(
+            &mut b,
+            NAME_HEAD,
+            NAME_HEAD + 48,
+            b"Class.method",
+            12,
+            0x60 | 1 << 2,
+        );
+        put(
+            &mut b,
+            NAME_HEAD + 24,
+            NAME_HEAD + 48 + NAME_BYTES,
+            b"/a/b.py",
+            9,
+            0x60 | 1 << 2,
+        );
+        let Some(Entry::Names(n)) = Entry::parse(&b) else {
+            panic!("not a name record");
+        };
+        assert_eq!((n.tgid, n.code, n.identity), (42, 0x1000, 0xabcd));
+        assert_eq!(n.name.as_deref(), Some("Class.method"));
+        // 7 characters read where the length says 9: cut short.
+        assert_eq!(n.file, None);
+        // Not ASCII: its characters are not where the record has them.
+        put(
+            &mut b,
+            NAME_HEAD,
+            NAME_HEAD + 48,
+            b"Class.method",
+            12,
+            0x20 | 2 << 2,
+        );
+        let Some(Entry::Names(n)) = Entry::parse(&b) else {
+            panic!("not a name record");
+        };
+        assert_eq!(n.name, None);
+        // A walk is not taken for a name record.
+        assert!(matches!(
+            Entry::parse(&b[..NAME_REC_LEN - 8]),
+            None | Some(Entry::Walk(_))
+        ));
+    }
 
     #[test]
     fn the_313_table_is_what_313_publishes() {

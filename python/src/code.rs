@@ -63,6 +63,43 @@ impl CodeInfo {
     }
 }
 
+/// What a `str` object's state word says (`PyASCIIObject.state`).
+struct StrState {
+    /// Bytes per code point: 1, 2 or 4.
+    kind: u64,
+    compact: bool,
+    ascii: bool,
+}
+
+impl StrState {
+    fn of(state: u32) -> StrState {
+        StrState {
+            kind: u64::from((state >> 2) & 7),
+            compact: state & (1 << 5) != 0,
+            ascii: state & (1 << 6) != 0,
+        }
+    }
+}
+
+/// A compact ASCII `str` captured as the walker program reads one: its
+/// header (the object's bytes from [`STR_LENGTH`] on: length, hash,
+/// state) and its characters up to their NUL. `None` unless it is one and
+/// every character was captured.
+pub fn captured_str(header: &[u8], chars: &[u8]) -> Option<String> {
+    let word = |at: u64| -> Option<[u8; 8]> {
+        let at = usize::try_from(at - STR_LENGTH).ok()?;
+        header.get(at..at + 8)?.try_into().ok()
+    };
+    let length = u64::from_le_bytes(word(STR_LENGTH)?);
+    let state = word(STR_STATE)?;
+    let state = StrState::of(u32::from_le_bytes([state[0], state[1], state[2], state[3]]));
+    let end = chars.iter().position(|&b| b == 0)?;
+    if !(state.compact && state.ascii) || length != end as u64 {
+        return None;
+    }
+    std::str::from_utf8(&chars[..end]).ok().map(str::to_string)
+}
+
 /// A compact `str` object at `addr`.
 pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> io::Result<String> {
     let bad =
@@ -73,10 +110,11 @@ pub fn read_str(mem: &dyn Memory, layout: &Layout, addr: u64) -> io::Result<Stri
     let length = mem.u64(addr.wrapping_add(STR_LENGTH))?;
     let mut state = [0; 4];
     mem.read(addr.wrapping_add(STR_STATE), &mut state)?;
-    let state = u32::from_le_bytes(state);
-    let kind = u64::from((state >> 2) & 7);
-    let compact = state & (1 << 5) != 0;
-    let ascii = state & (1 << 6) != 0;
+    let StrState {
+        kind,
+        compact,
+        ascii,
+    } = StrState::of(u32::from_le_bytes(state));
     if !compact || length > MAX_STR || !matches!(kind, 1 | 2 | 4) {
         return Err(bad("not a compact string"));
     }

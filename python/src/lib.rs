@@ -138,17 +138,28 @@ pub struct PyFrame {
 }
 
 /// What tells code objects at one address apart: its file name and
-/// (qualified) name objects' addresses, mixed (56 bits), as the kernel's
-/// walk reads them ([`bpf`]).
+/// (qualified) name objects' addresses, the file name's length and the 8
+/// bytes before its (ASCII) characters' end, mixed (56 bits), as the
+/// kernel's walk reads them ([`bpf`]; a read that fails counts as 0). The
+/// characters tell apart a file name made again at a freed one's address
+/// with its code (`exec(compile(src, f"gen{i}.py", "exec"))`: one name for
+/// every `i` by the addresses alone).
 pub fn code_identity(mem: &dyn Memory, layout: &Layout, code: u64) -> io::Result<u64> {
     let file = mem.u64(code.wrapping_add(layout.code_filename))?;
     let name = mem.u64(code.wrapping_add(layout.code_qualname.unwrap_or(layout.code_name)))?;
-    Ok(mix_identity(file, name))
+    let length = mem.u64(file.wrapping_add(layout::STR_LENGTH)).unwrap_or(0);
+    let end = file.wrapping_add(length).wrapping_add(layout.ascii_data);
+    let tail = mem.u64(end.wrapping_sub(8)).unwrap_or(0);
+    Ok(mix_identity(file, name, length, tail))
 }
 
-/// [`code_identity`] of a file name and a name object's addresses.
-pub fn mix_identity(file: u64, name: u64) -> u64 {
-    file.wrapping_add(name << 1) & ((1 << 56) - 1)
+/// [`code_identity`] of a file name and a name object's addresses, the
+/// file name's length and last 8 characters (0 where not read).
+pub fn mix_identity(file: u64, name: u64, length: u64, tail: u64) -> u64 {
+    file.wrapping_add(name << 1)
+        .wrapping_add(length << 2)
+        .wrapping_add(tail)
+        & ((1 << 56) - 1)
 }
 
 /// The Python frames one call of the eval loop runs, innermost first.

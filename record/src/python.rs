@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use flamerec_bpf::{Program, RingBuffer};
 use flamerec_convert::Converter;
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
-use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
+use flamerec_python::bpf::{layout_index, Entry, Record, WalkerMaps};
 use flamerec_python::{
     code_identity, is_cpython_binary, CodeInfo, FindError, Interpreter, Memory, Process, PyFrame,
 };
@@ -39,6 +39,9 @@ pub(crate) const MODULE: &str = "[python]";
 
 /// The ring the walks go through: records of up to 3 KiB, read each round.
 const RING_BYTES: u32 = 8 << 20;
+/// Names read by walks and not yet used, at most (a bound; each is used
+/// by the sample whose walk read it).
+const MAX_NAMES_READ: usize = 1 << 16;
 /// A walk ran this close to its sample's time (the kernel takes the
 /// sample's time, then runs the program: microseconds apart); older walks
 /// of the thread were for samples that were lost.
@@ -72,6 +75,9 @@ pub(crate) struct PythonStats {
     /// Python frames shown as [`GONE`]: their code object was freed after
     /// the sample and another made at its address before it was named.
     pub code_gone: u64,
+    /// Code objects freed before they were read, named as the walk read
+    /// them at the sample.
+    pub named_at_sample: u64,
     /// Samples whose walk stopped at its frame limit with eval-loop calls
     /// left over: their outer Python frames are not shown.
     pub walks_full: u64,
@@ -136,6 +142,9 @@ pub(crate) struct Python {
     walks: HashMap<u32, VecDeque<Record>>,
     /// By (process, code object address, identity at the sample).
     code_frames: HashMap<(u32, u64, u64), CodeFrame>,
+    /// Names the walks read at their samples, by (process, code object,
+    /// identity), until a frame of that code is made.
+    names_read: HashMap<(u32, u64, u64), (String, String)>,
     /// With lines: one frame per (process, code object, line).
     lines: bool,
     line_frames: HashMap<(u32, u64, u64, i32), Frame>,
@@ -191,6 +200,7 @@ impl Python {
                 procs: HashMap::new(),
                 walks: HashMap::new(),
                 code_frames: HashMap::new(),
+                names_read: HashMap::new(),
                 lines,
                 line_frames: HashMap::new(),
                 markers: HashMap::new(),
@@ -310,17 +320,28 @@ impl Python {
         }
     }
 
-    /// The walks the program wrote, from the ring.
-    pub(crate) fn read(ring: &mut RingBuffer) -> Vec<Record> {
+    /// The walks and names the program wrote, from the ring.
+    pub(crate) fn read(ring: &mut RingBuffer) -> Vec<Entry> {
         let mut out = Vec::new();
-        ring.drain(|b| out.extend(Record::parse(b)));
+        ring.drain(|b| out.extend(Entry::parse(b)));
         out
     }
 
-    /// Walks read this round, each to wait for its sample.
-    pub(crate) fn absorb(&mut self, walks: Vec<Record>) {
-        for w in walks {
-            self.walks.entry(w.tid).or_default().push_back(w);
+    /// Walks read this round, each to wait for its sample, and the names
+    /// read with them.
+    pub(crate) fn absorb(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            match e {
+                Entry::Walk(w) => self.walks.entry(w.tid).or_default().push_back(w),
+                Entry::Names(n) => {
+                    if let (Some(name), Some(file)) = (n.name, n.file) {
+                        if self.names_read.len() < MAX_NAMES_READ {
+                            let key = (n.tgid, n.code, n.identity);
+                            self.names_read.insert(key, (name, file));
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -527,17 +548,37 @@ impl Python {
         let p = self.procs.get(&pid)?;
         let mem = Process(pid);
         let layout = &p.interp.layout;
-        let info = CodeInfo::read(&mem, layout, code).ok()?;
-        let first_traceable = match layout.code_firsttraceable {
-            Some(at) => Some(i64::from(mem.i32(code + at).ok()?)),
-            None => None,
+        let at_sample = self.names_read.remove(&(pid, code, identity));
+        // Read now: still the code the sample ran? If not, it is named as
+        // the walk read it at the sample, or shown as gone — never named
+        // after the code there now.
+        let now = || {
+            let info = CodeInfo::read(&mem, layout, code).ok()?;
+            let first_traceable = match layout.code_firsttraceable {
+                Some(at) => Some(i64::from(mem.i32(code + at).ok()?)),
+                None => None,
+            };
+            let same = identity == 0 || code_identity(&mem, layout, code).ok()? == identity;
+            Some((info, first_traceable, same))
         };
-        // Read after the sample: still the code the sample ran? If not, it
-        // is shown as gone, never named after the code there now.
-        if identity != 0 && code_identity(&mem, layout, code).ok()? != identity {
-            self.stats.code_gone += 1;
-            return Some((self.marker_frame(conv, GONE), None));
-        }
+        let (info, first_traceable) = match (now(), at_sample) {
+            (Some((info, first, true)), _) => (info, first),
+            (_, Some((name, file))) => {
+                self.stats.named_at_sample += 1;
+                let info = CodeInfo {
+                    name,
+                    file,
+                    first_line: 0,
+                    linetable: Vec::new(),
+                };
+                (info, None)
+            }
+            (Some((_, _, false)), None) => {
+                self.stats.code_gone += 1;
+                return Some((self.marker_frame(conv, GONE), None));
+            }
+            (None, None) => return None,
+        };
         let frame = self.new_frame(conv, format!("{} ({})", info.name, info.file));
         let cf = CodeFrame {
             frame,

@@ -639,7 +639,7 @@ fn python_warnings(s: &crate::python::PythonStats) -> Vec<String> {
     }
     if s.code_gone > 0 {
         out.push(format!(
-            "{} Python frames are shown as [Python code freed before it was named]: their code object was freed after the sample and another made at its address before flamerec read its name",
+            "{} Python frames are shown as [Python code freed before it was named]: their code object was freed after the sample, before flamerec read its name, and the walk at the sample did not read it (it reads the names of the innermost 32 frames' code, ASCII names under 64 characters and file names under 208)",
             s.code_gone
         ));
     }

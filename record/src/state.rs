@@ -239,7 +239,7 @@ impl<W: io::Write> State<W> {
             &layout,
             &mut malformed,
             || ring.as_mut().map(Python::read).unwrap_or_default(),
-            |walks: &mut Vec<flamerec_python::bpf::Record>, r| {
+            |walks: &mut Vec<flamerec_python::bpf::Entry>, r| {
                 if !walks.is_empty() {
                     if let Some(p) = &mut self.python {
                         p.absorb(std::mem::take(walks));
