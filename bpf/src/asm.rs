@@ -255,6 +255,9 @@ pub mod helper {
     pub const KTIME_GET_NS: i32 = 5;
     /// `u64 bpf_get_current_pid_tgid(void)`: tgid << 32 | tid.
     pub const GET_CURRENT_PID_TGID: i32 = 14;
+    /// `long bpf_tail_call(ctx, prog_array, index)`: runs that program
+    /// instead, never returning; goes on where there is none.
+    pub const TAIL_CALL: i32 = 12;
     /// `long bpf_perf_event_output(ctx, map, flags, data, size)`.
     pub const PERF_EVENT_OUTPUT: i32 = 25;
     /// `long bpf_probe_read_user(dst, size, unsafe_ptr)` (Linux 5.5+).

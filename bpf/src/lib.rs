@@ -61,6 +61,8 @@ pub enum MapKind {
     PerCpuArray,
     /// A ring buffer programs write records into ([`RingBuffer`]).
     RingBuf,
+    /// Programs by u32 index (values: program descriptors), for tail calls.
+    ProgArray,
 }
 
 impl MapKind {
@@ -71,6 +73,7 @@ impl MapKind {
             MapKind::Array => 2,
             MapKind::PerCpuArray => 6,
             MapKind::RingBuf => 27,
+            MapKind::ProgArray => 3,
         }
     }
 }

@@ -4,10 +4,12 @@
 //! the frames it reads are the ones running then — what a read from user
 //! space afterwards cannot prove for the frames the thread was running.
 //!
-//! One program serves every layout this crate knows: user space says, per
-//! process, which one ([`WalkerMaps::add_process`]) and, per thread, where
-//! its thread state is ([`WalkerMaps::add_thread`]); the offsets go into
-//! the program as immediates. For each sample of a known thread it writes
+//! One attached program serves every layout this crate knows: user space
+//! says, per process, which one ([`WalkerMaps::add_process`], which loads
+//! that layout's walk, its offsets as immediates, the first time) and, per
+//! thread, where its thread state is ([`WalkerMaps::add_thread`]); the
+//! attached program hands each sample of a known process to its layout's
+//! walk (a tail call). For each sample of a known thread the walk writes
 //! a [`Record`] into a per-CPU buffer: the thread, then per frame (innermost
 //! first, at most [`MAX_BPF_FRAMES`]) its address, code object, instruction
 //! word and marker word, which user space turns into runs and names
@@ -16,6 +18,10 @@
 use flamerec_bpf::asm::{
     self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9,
 };
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
 use flamerec_bpf::{BpfError, Map, MapKind, Program, RingBuffer};
 
 use crate::code::captured_str;
@@ -82,7 +88,12 @@ fn known(minor: u8) -> Option<Layout> {
     })
 }
 
-/// The maps a walker program reads and writes.
+/// The maps a walker program reads and writes, and its programs: a
+/// dispatcher attached to the events, which hands each sample of a known
+/// process to the walk of its layout (a tail call), and one walk program
+/// per layout, loaded when the first process of that layout is added (the
+/// verifier takes ≈ 20 ms over one; a recording without Python pays for
+/// none of them).
 #[derive(Debug)]
 pub struct WalkerMaps {
     /// tgid → layout index.
@@ -94,6 +105,74 @@ pub struct WalkerMaps {
     /// (process, code object) → identity of the code whose names the
     /// program sent last: sent again only for code it has not sent.
     known: Map,
+    /// Layout index → its walk program.
+    walks: Arc<Map>,
+    /// The walk programs loaded, by layout index: by the process added,
+    /// or ahead of it by a thread started with the dispatcher.
+    loaded: Arc<Loaded>,
+    /// The layouts of the processes added.
+    wanted: Vec<u32>,
+    /// The ring each walk goes to, once the dispatcher is made (`None`
+    /// inside: the per-CPU record only).
+    ring: Option<Option<i32>>,
+    /// The thread loading the walks ahead, and what stops it (joined when
+    /// the maps go, after the load under way: it uses their descriptors).
+    ahead: Option<(std::thread::JoinHandle<()>, Arc<AtomicBool>)>,
+}
+
+impl Drop for WalkerMaps {
+    fn drop(&mut self) {
+        if let Some((t, stop)) = self.ahead.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = t.join();
+        }
+    }
+}
+
+/// The maps a walk program names (by descriptor: they stay open while
+/// walks are loaded), and the walks array it goes into.
+#[derive(Debug, Clone)]
+struct WalkFds {
+    threads: i32,
+    records: i32,
+    known: i32,
+    walks: Arc<Map>,
+    ring: Option<i32>,
+}
+
+impl WalkFds {
+    /// Loads the walk of layout `i` into `loaded` and the walks array,
+    /// unless it is there.
+    /// (Held locked while loading: a process that needs the walk the
+    /// thread is loading waits for it rather than loading it again.)
+    fn load(&self, i: usize, loaded: &Loaded) -> Result<(), BpfError> {
+        let Some(layout) = MINORS.get(i).and_then(|&m| known(m)) else {
+            return Ok(());
+        };
+        // Without waiting for a load of another layout under way.
+        if loaded.done.load(Ordering::Acquire) & (1 << i) != 0 {
+            return Ok(());
+        }
+        let mut slots = loaded.programs.lock().map_err(|_| BpfError::Build)?;
+        if !matches!(slots.get(i), Some(None)) {
+            return Ok(());
+        }
+        let code = walk_code(&layout, self).ok_or(BpfError::Build)?;
+        let program = Program::perf_event(&code)?;
+        let fd = u32::try_from(program.fd().as_raw_fd()).map_err(|_| BpfError::Build)?;
+        self.walks
+            .set(&(i as u32).to_ne_bytes(), &fd.to_ne_bytes())?;
+        slots[i] = Some(program);
+        loaded.done.fetch_or(1 << i, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The walk programs loaded, by layout index, and a bit per one loaded.
+#[derive(Debug)]
+struct Loaded {
+    programs: Mutex<Vec<Option<Program>>>,
+    done: AtomicU32,
 }
 
 impl WalkerMaps {
@@ -104,11 +183,24 @@ impl WalkerMaps {
             threads: Map::new(MapKind::Hash, 4, 8, threads)?,
             records: Map::new(MapKind::PerCpuArray, 4, RECORD_LEN as u32, 1)?,
             known: Map::new(MapKind::LruHash, 16, 8, KNOWN_CODES)?,
+            walks: Arc::new(Map::new(MapKind::ProgArray, 4, 4, MINORS.len() as u32)?),
+            loaded: Arc::new(Loaded {
+                programs: Mutex::new(MINORS.iter().map(|_| None).collect()),
+                done: AtomicU32::new(0),
+            }),
+            wanted: Vec::new(),
+            ring: None,
+            ahead: None,
         })
     }
 
-    /// Process `tgid` runs a CPython of `layout` (see [`layout_index`]).
-    pub fn add_process(&self, tgid: u32, layout: u32) -> Result<(), BpfError> {
+    /// Process `tgid` runs a CPython of `layout` (see [`layout_index`]):
+    /// the walk of that layout is loaded if it was not.
+    pub fn add_process(&mut self, tgid: u32, layout: u32) -> Result<(), BpfError> {
+        if !self.wanted.contains(&layout) {
+            self.wanted.push(layout);
+        }
+        self.load_walks()?;
         self.processes
             .set(&tgid.to_ne_bytes(), &layout.to_ne_bytes())
     }
@@ -135,99 +227,137 @@ impl WalkerMaps {
         Ok(all.chunks(stride).filter_map(Record::parse).collect())
     }
 
-    /// The walker program over these maps; with `ring`, each walk's
-    /// record is also written there (as long as its frames need).
-    pub fn program(&self, ring: Option<&RingBuffer>) -> Result<Program, BpfError> {
-        let code = self.code(ring.map(RingBuffer::fd)).ok_or(BpfError::Build)?;
-        Program::perf_event(&code)
+    /// The program to attach: the dispatcher. With `ring`, each walk's
+    /// record is also written there (as long as its frames need) with the
+    /// names of code it meets first. The walks of the processes added are
+    /// loaded now, and `first`'s (a minor version: the command's CPython);
+    /// the others (≈ 20 ms of the verifier each) by a thread, newest
+    /// first, so that a CPython started later finds its walk loaded.
+    pub fn program(
+        &mut self,
+        ring: Option<&RingBuffer>,
+        first: Option<u8>,
+    ) -> Result<Program, BpfError> {
+        self.ring = Some(ring.map(RingBuffer::fd));
+        let program = Program::perf_event(&self.dispatcher().ok_or(BpfError::Build)?)?;
+        self.load_walks()?;
+        if let Some(fds) = self.fds() {
+            // The command's own now: its first samples find it.
+            if let Some(i) = first.and_then(|m| MINORS.iter().position(|&x| x == m)) {
+                fds.load(i, &self.loaded)?;
+            }
+            let loaded = Arc::clone(&self.loaded);
+            let stop = Arc::new(AtomicBool::new(false));
+            let stopped = Arc::clone(&stop);
+            let thread = std::thread::Builder::new()
+                .name("flamerec-bpf".into())
+                .spawn(move || {
+                    for i in (0..MINORS.len()).rev() {
+                        if stopped.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        // One that fails is loaded (and its error said)
+                        // when a process needs it.
+                        let _ = fds.load(i, &loaded);
+                    }
+                });
+            self.ahead = thread.ok().map(|t| (t, stop));
+        }
+        Ok(program)
     }
 
-    fn code(&self, ring: Option<i32>) -> Option<Vec<asm::Insn>> {
+    fn fds(&self) -> Option<WalkFds> {
+        Some(WalkFds {
+            threads: self.threads.fd(),
+            records: self.records.fd(),
+            known: self.known.fd(),
+            walks: Arc::clone(&self.walks),
+            ring: self.ring?,
+        })
+    }
+
+    /// Loads the walks of the layouts wanted, once the ring is known.
+    fn load_walks(&mut self) -> Result<(), BpfError> {
+        let Some(fds) = self.fds() else {
+            return Ok(());
+        };
+        for &i in &self.wanted {
+            fds.load(i as usize, &self.loaded)?;
+        }
+        Ok(())
+    }
+
+    /// The dispatcher: the sampled process's layout, then a tail call to
+    /// that layout's walk (which returns to no one); a process not known,
+    /// or a layout not loaded, ends here.
+    fn dispatcher(&self) -> Option<Vec<asm::Insn>> {
         let mut c = Code::new();
         let out = c.label();
         c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
-        c.push([asm::mov(R7, R0)]);
-        // The process's layout.
-        c.push([
-            asm::mov(R1, R7),
-            asm::rsh_imm(R1, 32),
-            asm::store(Size::W, FP, -4, R1),
-        ]);
+        c.push([asm::rsh_imm(R0, 32), asm::store(Size::W, FP, -4, R0)]);
         c.lookup(self.processes.fd(), -4);
         c.jump(asm::jeq_imm(R0, 0, 0), out);
-        c.push([
-            asm::load(Size::W, R8, R0, 0),
-            asm::store(Size::W, FP, -8, R8),
-        ]);
-        // The thread's state.
-        c.push([asm::store(Size::W, FP, -4, R7)]);
-        c.lookup(self.threads.fd(), -4);
-        c.jump(asm::jeq_imm(R0, 0, 0), out);
-        c.push([asm::load(Size::DW, R8, R0, 0)]);
-        // The record.
-        c.push([asm::store_imm(Size::W, FP, -4, 0)]);
-        c.lookup(self.records.fd(), -4);
-        c.jump(asm::jeq_imm(R0, 0, 0), out);
-        c.push([
-            asm::mov(R9, R0),
-            asm::store(Size::DW, R9, 0, R7),
-            asm::store_imm(Size::DW, R9, 8, 0),
-            asm::call(helper::KTIME_GET_NS),
-            asm::store(Size::DW, R9, 16, R0),
-            asm::load(Size::DW, R1, R6, CTX_IP),
-            asm::store(Size::DW, R9, 24, R1),
-        ]);
-        // A name record's first words: the same for every frame. The rest
-        // starts as zeros: whether a frame sent names or not, the next
-        // sees the same kinds of stack words, so the verifier takes the
-        // two ways as one from there (unset, its time grew tenfold).
-        for at in (16..NAME_REC_LEN).step_by(8) {
-            c.push([asm::store_imm(Size::DW, FP, NAME_REC_AT + at as i16, 0)]);
-        }
-        c.push([
-            asm::store_imm(Size::DW, FP, NAME_REC_AT, -1),
-            asm::mov(R1, R7),
-            asm::rsh_imm(R1, 32),
-            asm::store(Size::DW, FP, NAME_REC_AT + 8, R1),
-            asm::load(Size::W, R1, FP, -8),
-        ]);
-        // Jumps reach 32,767 instructions: the exit comes first, then per
-        // layout a check, its walk and its own way out, each jump within
-        // one layout's code.
-        let dispatch = c.label();
-        c.jump(asm::ja(0), dispatch);
+        c.push([asm::load(Size::W, R3, R0, 0), asm::mov(R1, R6)]);
+        c.push(asm::load_map(R2, self.walks.fd()));
+        c.push([asm::call(helper::TAIL_CALL)]);
         c.bind(out);
-        c.push([asm::mov_imm(R0, 1), asm::exit()]);
-        c.bind(dispatch);
-        for (i, minor) in MINORS.into_iter().enumerate() {
-            let next = c.label();
-            c.jump(asm::jne_imm(R1, i as i32, 0), next);
-            if let Some(layout) = known(minor) {
-                let (emit, done) = (c.label(), c.label());
-                let names = ring.map(|r| (self.known.fd(), r));
-                walk(&mut c, &layout, emit, names);
-                c.bind(emit);
-                if let Some(ring) = ring {
-                    // Out with the frames read: HEAD + count × ENTRY bytes.
-                    c.push([asm::load(Size::DW, R3, R9, 8)]);
-                    c.jump(asm::jgt_imm(R3, MAX_BPF_FRAMES as i32, 0), done);
-                    c.push([
-                        asm::lsh_imm(R3, 5),
-                        asm::add_imm(R3, HEAD as i32),
-                        asm::mov(R2, R9),
-                        asm::mov_imm(R4, 0),
-                    ]);
-                    c.push(asm::load_map(R1, ring));
-                    c.push([asm::call(helper::RINGBUF_OUTPUT)]);
-                }
-                c.bind(done);
-                c.push([asm::mov_imm(R0, 1), asm::exit()]);
-            }
-            c.bind(next);
-        }
         c.push([asm::mov_imm(R0, 1), asm::exit()]);
         c.finish()
     }
+}
+
+/// The walk of `l`: the thread's state and the record, the frames,
+/// then the record out to the ring.
+fn walk_code(l: &Layout, fds: &WalkFds) -> Option<Vec<asm::Insn>> {
+    let mut c = Code::new();
+    let out = c.label();
+    c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
+    c.push([asm::mov(R7, R0)]);
+    // The thread's state.
+    c.push([asm::store(Size::W, FP, -4, R7)]);
+    c.lookup(fds.threads, -4);
+    c.jump(asm::jeq_imm(R0, 0, 0), out);
+    c.push([asm::load(Size::DW, R8, R0, 0)]);
+    // The record.
+    c.push([asm::store_imm(Size::W, FP, -4, 0)]);
+    c.lookup(fds.records, -4);
+    c.jump(asm::jeq_imm(R0, 0, 0), out);
+    c.push([
+        asm::mov(R9, R0),
+        asm::store(Size::DW, R9, 0, R7),
+        asm::store_imm(Size::DW, R9, 8, 0),
+        asm::call(helper::KTIME_GET_NS),
+        asm::store(Size::DW, R9, 16, R0),
+        asm::load(Size::DW, R1, R6, CTX_IP),
+        asm::store(Size::DW, R9, 24, R1),
+    ]);
+    // A name record's first words: the same for every frame.
+    c.push([
+        asm::store_imm(Size::DW, FP, NAME_REC_AT, -1),
+        asm::mov(R1, R7),
+        asm::rsh_imm(R1, 32),
+        asm::store(Size::DW, FP, NAME_REC_AT + 8, R1),
+    ]);
+    let emit = c.label();
+    let names = fds.ring.map(|r| (fds.known, r));
+    walk(&mut c, l, emit, names);
+    c.bind(emit);
+    if let Some(ring) = fds.ring {
+        // Out with the frames read: HEAD + count × ENTRY bytes.
+        c.push([asm::load(Size::DW, R3, R9, 8)]);
+        c.jump(asm::jgt_imm(R3, MAX_BPF_FRAMES as i32, 0), out);
+        c.push([
+            asm::lsh_imm(R3, 5),
+            asm::add_imm(R3, HEAD as i32),
+            asm::mov(R2, R9),
+            asm::mov_imm(R4, 0),
+        ]);
+        c.push(asm::load_map(R1, ring));
+        c.push([asm::call(helper::RINGBUF_OUTPUT)]);
+    }
+    c.bind(out);
+    c.push([asm::mov_imm(R0, 1), asm::exit()]);
+    c.finish()
 }
 
 /// `r8` holds the thread state, `r9` the record: reads the frame chain

@@ -197,6 +197,15 @@ pub fn is_cpython_binary(path: &str) -> bool {
     base.starts_with("libpython3") || base.starts_with("python3")
 }
 
+/// The minor version a CPython's file name says (`python3.12` → 12),
+/// after following links (`/usr/bin/python3` → `python3.11`); `None` for
+/// any other file (a pyenv shim is a shell script).
+pub fn minor_of_binary(path: &std::path::Path) -> Option<u8> {
+    let real = std::fs::canonicalize(path).ok()?;
+    let base = real.file_name()?.to_str()?;
+    base.strip_prefix("python3.")?.parse().ok()
+}
+
 /// Clears the thread id of thread states that share one. A new thread's
 /// state is made by the thread that starts it, and up to 3.11 carries its
 /// maker's ids until the new thread runs and writes its own: read in that

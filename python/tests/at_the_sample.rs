@@ -68,7 +68,7 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
             .iter()
             .find(|t| t.tid == Some(pid))
             .unwrap_or_else(|| panic!("{what}: no state for the main thread"));
-        let maps = match WalkerMaps::new(4, 64) {
+        let mut maps = match WalkerMaps::new(4, 64) {
             Ok(m) => m,
             Err(e) if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") => {
                 eprintln!("skipped (FLAMEREC_SKIP_BPF_TESTS=1): {e}");
@@ -83,7 +83,7 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
         maps.add_thread(pid, main.tstate).expect("thread");
         let mut ring = RingBuffer::new(1 << 20).expect("a ring buffer");
         let prog = maps
-            .program(Some(&ring))
+            .program(Some(&ring), None)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         let event =
             sys::perf_event_open(&sampling(), pid as i32, -1).expect("an event on the spinner");

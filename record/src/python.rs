@@ -20,6 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::io;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use flamerec_bpf::{Program, RingBuffer};
@@ -181,10 +182,14 @@ impl Python {
         events: &[Event],
         now: bool,
         lines: bool,
+        command: Option<&Path>,
     ) -> Result<(Python, RingBuffer), String> {
-        let maps = WalkerMaps::new(4096, 65_536).map_err(|e| e.to_string())?;
+        let mut maps = WalkerMaps::new(4096, 65_536).map_err(|e| e.to_string())?;
         let ring = RingBuffer::new(RING_BYTES).map_err(|e| e.to_string())?;
-        let program = maps.program(Some(&ring)).map_err(|e| e.to_string())?;
+        let first = command.and_then(flamerec_python::minor_of_binary);
+        let program = maps
+            .program(Some(&ring), first)
+            .map_err(|e| e.to_string())?;
         let mut unattached = Vec::new();
         for e in events {
             unattached.push(e.fd.try_clone().map_err(|e| e.to_string())?);

@@ -248,7 +248,8 @@ impl Session {
             _ if !sys::is_root() => None,
             mode => {
                 let now = mode == PythonFrames::On || launch.is_some();
-                crate::python::Python::start(&events, now, opts.python_lines).ok()
+                let command = launch.as_ref().map(|(_, program, _)| program.as_path());
+                crate::python::Python::start(&events, now, opts.python_lines, command).ok()
             }
         };
         // Start the command before anything else that may wait (the kernel
