@@ -605,3 +605,62 @@ fn code_freed_right_after_it_ran_is_named_as_read_at_the_sample() {
         );
     }
 }
+
+/// Without root the walker cannot be loaded: a CPython the command runs is
+/// named in one warning that says why and what would help, and its
+/// samples keep their native frames (no Python frame is made up).
+#[test]
+fn without_root_a_cpython_is_named_once_with_what_would_help() {
+    if !is_root() {
+        // Needs root to become `nobody`; an unprivileged run is the case.
+        return;
+    }
+    // One `nobody` can run: pyenv's are under /root.
+    let Some((_, python)) = cpythons()
+        .into_iter()
+        .find(|(_, p)| !p.starts_with("/root"))
+    else {
+        if std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
+            return;
+        }
+        panic!("no CPython outside /root (Debian's /usr/bin/python3.11) for nobody to run; set FLAMEREC_SKIP_PYTHON_TESTS=1 where it cannot be installed");
+    };
+    let dir = tmp();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .expect("a directory nobody writes");
+    let out = dir.path().join("nobody.frec");
+    let o = as_nobody(
+        dir.path(),
+        &[
+            "record",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            python.to_str().unwrap(),
+            "-c",
+            "sum(range(20000000))",
+        ],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("Python frames were not read"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("python3") && said[0].contains("as root"),
+        "{err}"
+    );
+    let stacks = fold(&out, &[]);
+    assert!(total(&stacks) > 0, "{err}");
+    assert!(
+        stacks
+            .iter()
+            .all(|(s, _)| !s.iter().any(|f| f.ends_with(")"))),
+        "{err}"
+    );
+}

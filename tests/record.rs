@@ -393,15 +393,6 @@ fn attaching_to_a_missing_pid_fails_in_one_line() {
 }
 
 /// Runs `flamerec ARGS` as the unprivileged user `nobody`.
-fn as_nobody(args: &[&str]) -> std::process::Output {
-    Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_flamerec"))
-        .args(args)
-        .output()
-        .expect("setpriv (util-linux) runs")
-}
-
 fn paranoid() -> i32 {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()
@@ -427,16 +418,19 @@ fn without_privileges_kernel_sampling_falls_back_and_system_wide_names_the_sysct
     .unwrap();
     let out = dir.path().join("user.frec");
     let busy = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
-    let o = as_nobody(&[
-        "record",
-        "-q",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        busy,
-    ]);
+    let o = as_nobody(
+        dir.path(),
+        &[
+            "record",
+            "-q",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            busy,
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("recording user stacks only"),
@@ -453,15 +447,18 @@ fn without_privileges_kernel_sampling_falls_back_and_system_wide_names_the_sysct
     assert!(stacks
         .iter()
         .all(|(s, _)| !s.iter().any(|f| f.starts_with("entry_SYSCALL"))));
-    let o = as_nobody(&[
-        "record",
-        "-q",
-        "-a",
-        "-d",
-        "1",
-        "-o",
-        dir.path().join("a.frec").to_str().unwrap(),
-    ]);
+    let o = as_nobody(
+        dir.path(),
+        &[
+            "record",
+            "-q",
+            "-a",
+            "-d",
+            "1",
+            "-o",
+            dir.path().join("a.frec").to_str().unwrap(),
+        ],
+    );
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
@@ -916,13 +913,7 @@ fn an_unprivileged_recording_at_the_default_rate_loses_almost_nothing_and_keeps_
         bin.to_str().unwrap(),
     ];
     let o = if is_root() {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_flamerec"))
-            .args(args)
-            .env("HOME", dir.path())
-            .output()
-            .expect("setpriv (util-linux) runs")
+        as_nobody(dir.path(), &args)
     } else {
         flamerec().args(args).output().expect("run flamerec")
     };

@@ -243,13 +243,20 @@ impl Session {
         // inherited event's program as that event has it then, so a program
         // attached later reaches no CPython forked before (`sh -c 'python3
         // a.py & python3 b.py'` showed one of the two).
-        let python = match opts.python {
-            PythonFrames::Off => None,
-            _ if !sys::is_root() => None,
+        // Where they cannot be read, why: said if a CPython runs.
+        let (python, python_unread) = match opts.python {
+            PythonFrames::Off => (None, None),
+            _ if !sys::is_root() => (
+                None,
+                Some("they are read by a BPF program, which needs root (run flamerec as root to see them)".to_string()),
+            ),
             mode => {
                 let now = mode == PythonFrames::On || launch.is_some();
                 let command = launch.as_ref().map(|(_, program, _)| program.as_path());
-                crate::python::Python::start(&events, now, opts.python_lines, command).ok()
+                match crate::python::Python::start(&events, now, opts.python_lines, command) {
+                    Ok(p) => (Some(p), None),
+                    Err(e) => (None, Some(format!("the BPF program that reads them: {e}"))),
+                }
             }
         };
         // Start the command before anything else that may wait (the kernel
@@ -292,6 +299,7 @@ impl Session {
             exclude_pid: matches!(opts.target, Target::System).then(sys::getpid),
             warnings,
             python,
+            python_unread,
         });
         // Samples wait for the kernel symbol table, so the loop can drain the
         // rings from the start. Off-CPU samples are weighed when their thread

@@ -17,7 +17,7 @@
 //! their kernel addresses raw, so the recorder drains its rings from the
 //! start and loses nothing meanwhile.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io;
 
 use flamerec_convert::{Converter, Mmap};
@@ -64,6 +64,8 @@ pub(crate) struct StateConfig<W: io::Write> {
     pub warnings: Vec<String>,
     /// Python frames read at the sample, and the ring their walks come in.
     pub python: Option<(Python, flamerec_bpf::RingBuffer)>,
+    /// Why Python frames cannot be read here, where they were asked for.
+    pub python_unread: Option<String>,
 }
 
 /// Counts for the trailer and the summary.
@@ -123,6 +125,8 @@ pub(crate) struct State<W: io::Write> {
     /// Python frames of CPython processes (as root), and the ring their
     /// walks come in.
     python: Option<Python>,
+    /// Why Python frames are not read, and the CPython binaries seen.
+    python_unread: Option<(String, BTreeSet<String>)>,
     py_ring: Option<flamerec_bpf::RingBuffer>,
     /// JIT code: followed perf maps and jitdumps, and the names they give.
     jit: JitNames,
@@ -149,6 +153,7 @@ impl<W: io::Write> State<W> {
             fp_cap: c.fp_cap,
             deferred: c.defer.then(Deferred::default),
             python,
+            python_unread: c.python_unread.map(|why| (why, BTreeSet::new())),
             py_ring,
             jit: JitNames::default(),
         }
@@ -293,6 +298,10 @@ impl<W: io::Write> State<W> {
                 });
                 if let Some(p) = &mut self.python {
                     p.mapped(pid, filename, &self.conv);
+                } else if let Some((_, seen)) = &mut self.python_unread {
+                    if flamerec_python::is_cpython_binary(filename) && seen.len() < 8 {
+                        seen.insert(filename.rsplit('/').next().unwrap_or(filename).to_string());
+                    }
                 }
                 self.jit.mapping(
                     pid,
@@ -699,6 +708,13 @@ impl<W: io::Write> State<W> {
                 c.throttles
             ));
         }
+        if let Some((why, seen)) = self.python_unread.take().filter(|(_, s)| !s.is_empty()) {
+            let seen: Vec<String> = seen.into_iter().collect();
+            warnings.push(format!(
+                "CPython ran ({}) but its Python frames were not read: {why}; its samples keep their native frames",
+                seen.join(", ")
+            ));
+        }
         Finished {
             python: self.python.take().map(Python::finish),
             loss_warning: self.losses.warning(samples),
@@ -746,6 +762,7 @@ mod tests {
             exclude_pid: None,
             warnings: Vec::new(),
             python: None,
+            python_unread: None,
         });
         st.set_kallsyms(Kallsyms::default());
         st

@@ -284,6 +284,23 @@ pub fn record_dd(dir: &Path, blocks: u32, extra: &[&str]) -> Option<Stacks> {
     Some(fold(&out, &[]))
 }
 
+/// flamerec run as `nobody` (from root) with `args` and `home` as its
+/// home (a directory nobody can write); one at a time: the
+/// kernel's locked-memory budget for ring buffers is per user
+/// (`kernel.perf_event_mlock_kb`), and two recordings of one user at once
+/// were refused.
+pub fn as_nobody(home: &Path, args: &[&str]) -> Output {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_flamerec"))
+        .args(args)
+        .env("HOME", home)
+        .output()
+        .expect("setpriv (util-linux) runs")
+}
+
 /// Whether perf_event_open works here; panics naming the cause when it does
 /// not, unless FLAMEREC_SKIP_PERF_TESTS=1 (then `false`).
 pub fn perf_usable() -> bool {
