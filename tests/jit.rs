@@ -15,15 +15,17 @@
 //!
 //! node run without a perf flag is told, once, which flag it needs. Java
 //! writes its whole map at exit (`-XX:+DumpPerfMapAtExit`): read after the
-//! process ended, it names what no earlier line did.
+//! process ended, it names what no earlier line did. A JVMTI agent built
+//! here from `programs/jitdump-agent.c` (the JDK's headers) writes Java's
+//! compiled methods to a jitdump as the JVM announces them.
 //!
 //! `FLAMEREC_SKIP_NODE_TESTS=1`, `FLAMEREC_SKIP_PYTHON_TESTS=1` and
 //! `FLAMEREC_SKIP_JAVA_TESTS=1` skip them where node, pyenv's CPython 3.12
 //! or a JDK (`javac`, `java`) is missing.
 
 use crate::common::{
-    bpf_usable, fold, info_json, measuring, python, record, record_in, remove_jit_files, runtime,
-    share, stderr, tmp,
+    bpf_usable, fold, info_json, measuring, python, record_in, remove_jit_files, runtime, share,
+    stderr, tmp,
 };
 
 /// No advice to add a perf flag: the run had one.
@@ -265,47 +267,42 @@ const JAVA_PROGRAM: &str = concat!(
     "/tests/programs/KnownProfile.java"
 );
 
-#[test]
-fn java_functions_are_named_from_the_map_it_writes_at_exit() {
+/// KnownProfile.java recorded with `java` and `flags` (run in `dir`, where
+/// the runtime writes its map or dump, removed before folding: the names
+/// must come from the recording), its shares checked against 50/30/20 and
+/// its leaves named; `None` where Java is missing and skipped.
+fn java_known_profile(dir: &std::path::Path, flags: &[&str]) -> Option<serde_json::Value> {
     let skip = "FLAMEREC_SKIP_JAVA_TESTS";
     let (Some(javac), Some(java)) = (runtime("javac", skip), runtime("java", skip)) else {
-        return;
+        return None;
     };
-    let Some(_machine) = measuring() else {
-        return;
-    };
-    let dir = tmp();
+    let _machine = measuring()?;
     let built = std::process::Command::new(javac)
         .arg("-d")
-        .arg(dir.path())
+        .arg(dir)
         .arg(JAVA_PROGRAM)
         .output()
         .expect("run javac");
     assert!(built.status.success(), "javac: {}", stderr(&built));
-    let out = dir.path().join("java.frec");
+    let out = dir.join("java.frec");
     let java = java.to_string_lossy().into_owned();
-    let classes = dir.path().to_string_lossy().into_owned();
-    let cmd = [
+    let classes = dir.to_string_lossy().into_owned();
+    let mut cmd = vec![
         java.as_str(),
         "-XX:+PreserveFramePointer",
-        "-XX:+UnlockDiagnosticVMOptions",
-        "-XX:+DumpPerfMapAtExit",
         "-XX:CompileCommand=quiet",
         "-XX:CompileCommand=dontinline,KnownProfile::*",
-        "-cp",
-        classes.as_str(),
-        "KnownProfile",
-        "300",
     ];
-    let Some(o) = record(&out, &[], &cmd) else {
-        return;
-    };
-    // Gone before folding: the names must come from the recording.
-    remove_jit_files(&out, Some(dir.path()));
+    cmd.extend_from_slice(flags);
+    cmd.extend_from_slice(&["-cp", classes.as_str(), "KnownProfile", "300"]);
+    let o = record_in(Some(dir), &out, &[], &cmd)?;
+    remove_jit_files(&out, Some(dir));
     assert!(o.status.success(), "record failed: {}", stderr(&o));
     no_setup_advice(&o);
     let stacks = fold(&out, &[]);
-    // The JVM names a method with its return type: `int KnownProfile.fa(int)`.
+    // The map names a method with its return type (`int
+    // KnownProfile.fa(int)`), the agent with its signature
+    // (`KnownProfile.fa(I)I`).
     let in_fn = |name: &'static str| {
         move |s: &[String]| {
             s.iter()
@@ -328,10 +325,66 @@ fn java_functions_are_named_from_the_map_it_writes_at_exit() {
     }
     let anon_leaf = share(&ours, |s| s.last().is_some_and(|f| f.starts_with("[anon]")));
     assert!(anon_leaf < 1.0, "{anon_leaf:.1}% of the leaves unnamed");
+    Some(info_json(&out))
+}
+
+#[test]
+fn java_functions_are_named_from_the_map_it_writes_at_exit() {
+    let dir = tmp();
+    let flags = ["-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"];
+    let Some(info) = java_known_profile(dir.path(), &flags) else {
+        return;
+    };
     // The map is written at exit: `info` counts its names as found at the end.
-    let info = info_json(&out);
     assert!(
         info["jit_frames"]["at_end"].as_u64().unwrap_or(0) > 0,
+        "{info}"
+    );
+}
+
+const JITDUMP_AGENT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/programs/jitdump-agent.c"
+);
+
+/// A JVMTI agent (`tests/programs/jitdump-agent.c`, built here with the
+/// JDK's headers) writes each compiled method to a jitdump as the JVM
+/// announces it: read while recording, its loads name the methods by the
+/// time of each sample (perf's own agent is the bench's row; it needs the
+/// Linux source).
+#[test]
+fn java_functions_are_named_from_a_jitdump_an_agent_writes() {
+    let Some(java) = runtime("java", "FLAMEREC_SKIP_JAVA_TESTS") else {
+        return;
+    };
+    let home = std::fs::canonicalize(&java)
+        .ok()
+        .and_then(|j| Some(j.parent()?.parent()?.to_path_buf()))
+        .expect("java's home (the directory above its bin/)");
+    let include = home.join("include");
+    assert!(
+        include.join("jvmti.h").is_file(),
+        "no jvmti.h under {} (a JDK, not only a JRE, is needed; FLAMEREC_SKIP_JAVA_TESTS=1 skips)",
+        include.display()
+    );
+    let dir = tmp();
+    let source = std::fs::read_to_string(JITDUMP_AGENT).expect("read jitdump-agent.c");
+    let (inc, inc_linux) = (
+        format!("-I{}", include.display()),
+        format!("-I{}", include.join("linux").display()),
+    );
+    let agent = crate::common::compile_c(
+        dir.path(),
+        "libjitdump-agent.so",
+        &source,
+        &["-shared", "-fPIC", &inc, &inc_linux],
+    );
+    let flag = format!("-agentpath:{}", agent.display());
+    let Some(info) = java_known_profile(dir.path(), &[flag.as_str()]) else {
+        return;
+    };
+    assert!(
+        info["jit_frames"]["jitdump"].as_u64().unwrap_or(0) > 0,
         "{info}"
     );
 }
