@@ -664,3 +664,34 @@ fn without_root_a_cpython_is_named_once_with_what_would_help() {
         "{err}"
     );
 }
+
+/// With frame pointers only, a CPython built without them (pyenv's) cannot
+/// have its eval-loop calls found: no Python frame is shown, and the
+/// warning says what shows them.
+#[test]
+fn frame_pointers_alone_say_that_dwarf_shows_python_frames() {
+    if !bpf_usable() {
+        return;
+    }
+    let Some((_, python)) = cpythons().into_iter().next() else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("fp.frec");
+    let Some(o) = record(
+        &out,
+        &["-g", "fp"],
+        &[python.to_str().unwrap(), SCRIPT, "300"],
+    ) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("native frames only") && l.contains("record with -g dwarf")),
+        "{err}"
+    );
+    let s = shown(&python.display().to_string(), &fold(&out, &[]));
+    assert!(s.samples > 0 && s.named * 20 <= s.samples, "{err}");
+}

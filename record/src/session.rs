@@ -530,7 +530,8 @@ impl Session {
         } = st.finish(duration.as_nanos() as u64);
         let mut own_names = Vec::new();
         if let Some(py) = python {
-            warnings.extend(python_warnings(&py.stats));
+            let fp = opts.call_graph != CallGraph::Dwarf;
+            warnings.extend(python_warnings(&py.stats, fp));
             warnings.extend(py.warnings);
             totals.python = py.read;
             own_names = py.names;
@@ -636,13 +637,20 @@ fn write_own_names<W: io::Write>(
 /// What the user should know about samples of CPython threads that kept
 /// their native frames only (more than 1% of them), and about perf
 /// trampolines that named other code than the Python frame they called.
-fn python_warnings(s: &crate::python::PythonStats) -> Vec<String> {
+fn python_warnings(s: &crate::python::PythonStats, fp: bool) -> Vec<String> {
     let mut out = Vec::new();
     let alone = s.unwalked + s.unpaired;
     let all = alone + s.spliced;
     if alone * 100 > all {
+        // Frame pointers stop at the first CPython function built without
+        // them, short of the eval-loop calls the runs stand for.
+        let help = if fp && s.unpaired * 2 > all {
+            "; with frame pointers only, the native stack of a CPython built without them does not reach its eval loop: record with -g dwarf (the default) to see Python frames"
+        } else {
+            ""
+        };
         out.push(format!(
-            "{alone} of {all} samples of CPython threads kept their native frames only: {} came with no walk of their Python frames at the sample (taken before flamerec knew their thread, which it reads when it first samples one it does not know, or not walked by the kernel), {} had runs of Python frames and eval-loop frames that did not pair one for one",
+            "{alone} of {all} samples of CPython threads kept their native frames only: {} came with no walk of their Python frames at the sample (taken before flamerec knew their thread, which it reads when it first samples one it does not know, or not walked by the kernel), {} had runs of Python frames and eval-loop frames that did not pair one for one{help}",
             s.unwalked, s.unpaired
         ));
     }
