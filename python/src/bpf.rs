@@ -15,13 +15,13 @@
 //! word and marker word, which user space turns into runs and names
 //! ([`Record::runs`]) as it does for frames it reads itself.
 
-use flamerec_bpf::asm::{
-    self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9,
-};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use flamerec_bpf::asm::{
+    self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9,
+};
 use flamerec_bpf::{BpfError, Map, MapKind, Program, RingBuffer};
 
 use crate::code::captured_str;
@@ -55,19 +55,29 @@ const NAMES_AT: i16 = -160;
 /// Where a name record is built on the program's stack: the 352 bytes
 /// below [`NAMES_AT`] (the stack is 512 bytes).
 const NAME_REC_AT: i16 = -512;
-/// A name record: a word of ones (no walk's thread word), the process, the
-/// code object, its identity word, then for its name and its file name
-/// the string object's length, hash and state (24 bytes each, read from
-/// the object's 16th byte on), then the name's and the file name's ASCII
-/// bytes up to their NUL ([`NAME_BYTES`], [`FILE_BYTES`]).
+/// A name record: a word of ones (no walk's thread word), the process
+/// ([`REC_TGID`]), the code object ([`REC_CODE`]), its identity word
+/// ([`REC_IDENTITY`]), then for its name and its file name the string
+/// object's length, hash and state ([`STR_HEADER`] bytes each, read from
+/// the object's [`STR_LENGTH`]th byte on), then the name's and the file
+/// name's ASCII bytes up to their NUL ([`NAME_BYTES`], [`FILE_BYTES`]).
 const NAME_REC_LEN: usize = 352;
-const NAME_HEAD: usize = 32;
-const NAME_BYTES: usize = 64;
-const FILE_BYTES: usize = NAME_REC_LEN - NAME_HEAD - 48 - NAME_BYTES;
+const REC_TGID: usize = 8;
+const REC_CODE: usize = 16;
+const REC_IDENTITY: usize = 24;
+const STR_HEADER: usize = 24;
+const NAME_HEADER_AT: usize = 32;
+const FILE_HEADER_AT: usize = NAME_HEADER_AT + STR_HEADER;
+const NAME_CHARS_AT: usize = FILE_HEADER_AT + STR_HEADER;
+const FILE_CHARS_AT: usize = NAME_CHARS_AT + NAME_BYTES;
+/// The bytes a name record holds of a name, its NUL included.
+pub const NAME_BYTES: usize = 64;
+/// The bytes a name record holds of a file name, its NUL included.
+pub const FILE_BYTES: usize = NAME_REC_LEN - FILE_CHARS_AT;
 /// Where the file name's last 8 characters are read to.
 const TAIL_AT: i16 = -16;
 /// The innermost frames whose code's names the walk reads.
-const NAMED_FRAMES: usize = 32;
+pub const NAMED_FRAMES: usize = 32;
 /// Code objects whose names were sent, per process.
 const KNOWN_CODES: u32 = 65_536;
 /// The layouts the program knows, by index (the value of the process map).
@@ -484,45 +494,45 @@ fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
 fn send_names(c: &mut Code, l: &Layout, known: i32, ring: i32, code_at: i16, name_at: i16) {
     let done = c.label();
     let rec = |off: usize| NAME_REC_AT + off as i16;
-    c.push([asm::store(Size::DW, FP, rec(24), R1)]);
+    c.push([asm::store(Size::DW, FP, rec(REC_IDENTITY), R1)]);
     c.jump(asm::jeq_imm(R1, 0, 0), done);
     c.push([
         asm::load(Size::DW, R2, FP, code_at),
-        asm::store(Size::DW, FP, rec(16), R2),
+        asm::store(Size::DW, FP, rec(REC_CODE), R2),
     ]);
-    c.lookup(known, rec(8));
+    c.lookup(known, rec(REC_TGID));
     let unknown = c.label();
     c.jump(asm::jeq_imm(R0, 0, 0), unknown);
     c.push([
         asm::load(Size::DW, R1, R0, 0),
-        asm::load(Size::DW, R2, FP, rec(24)),
+        asm::load(Size::DW, R2, FP, rec(REC_IDENTITY)),
     ]);
     c.jump(asm::jeq(R1, R2, 0), done);
     c.bind(unknown);
     c.push(asm::load_map(R1, known));
     c.push([
         asm::mov(R2, FP),
-        asm::add_imm(R2, i32::from(rec(8))),
+        asm::add_imm(R2, i32::from(rec(REC_TGID))),
         asm::mov(R3, FP),
-        asm::add_imm(R3, i32::from(rec(24))),
+        asm::add_imm(R3, i32::from(rec(REC_IDENTITY))),
         asm::mov_imm(R4, 0),
         asm::call(helper::MAP_UPDATE_ELEM),
     ]);
     // (object pointer's place, header's place, bytes' place, bytes' size)
     let strings = [
-        (NAMES_AT + name_at, NAME_HEAD, NAME_HEAD + 48, NAME_BYTES),
         (
-            NAMES_AT,
-            NAME_HEAD + 24,
-            NAME_HEAD + 48 + NAME_BYTES,
-            FILE_BYTES,
+            NAMES_AT + name_at,
+            NAME_HEADER_AT,
+            NAME_CHARS_AT,
+            NAME_BYTES,
         ),
+        (NAMES_AT, FILE_HEADER_AT, FILE_CHARS_AT, FILE_BYTES),
     ];
     for (object, header, bytes, size) in strings {
         c.push([
             asm::mov(R1, FP),
             asm::add_imm(R1, i32::from(rec(header))),
-            asm::mov_imm(R2, 24),
+            asm::mov_imm(R2, STR_HEADER as i32),
             asm::load(Size::DW, R3, FP, object),
             asm::add_imm(R3, STR_LENGTH as i32),
             asm::call(helper::PROBE_READ_USER),
@@ -543,7 +553,7 @@ fn send_names(c: &mut Code, l: &Layout, known: i32, ring: i32, code_at: i16, nam
         asm::call(helper::RINGBUF_OUTPUT),
     ]);
     c.bind(done);
-    c.push([asm::load(Size::DW, R1, FP, rec(24))]);
+    c.push([asm::load(Size::DW, R1, FP, rec(REC_IDENTITY))]);
 }
 
 /// What the program writes to its ring.
@@ -584,20 +594,25 @@ pub struct CodeNames {
 
 impl CodeNames {
     fn parse(b: &[u8]) -> Option<CodeNames> {
-        let word = |at: usize| -> Option<u64> {
-            Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
-        };
         let string = |header: usize, chars: usize, len: usize| {
-            captured_str(b.get(header..header + 24)?, b.get(chars..chars + len)?)
+            captured_str(
+                b.get(header..header + STR_HEADER)?,
+                b.get(chars..chars + len)?,
+            )
         };
         Some(CodeNames {
-            tgid: u32::try_from(word(8)?).ok()?,
-            code: word(16)?,
-            identity: word(24)? >> 8,
-            name: string(NAME_HEAD, NAME_HEAD + 48, NAME_BYTES),
-            file: string(NAME_HEAD + 24, NAME_HEAD + 48 + NAME_BYTES, FILE_BYTES),
+            tgid: u32::try_from(word(b, REC_TGID)?).ok()?,
+            code: word(b, REC_CODE)?,
+            identity: word(b, REC_IDENTITY)? >> 8,
+            name: string(NAME_HEADER_AT, NAME_CHARS_AT, NAME_BYTES),
+            file: string(FILE_HEADER_AT, FILE_CHARS_AT, FILE_BYTES),
         })
     }
+}
+
+/// The native-endian word of `b` at `at`, if `b` holds it.
+fn word(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// One walk, as the program wrote it.
@@ -620,9 +635,7 @@ pub struct Record {
 impl Record {
     /// A record from its bytes; `None` for an empty or malformed one.
     pub fn parse(b: &[u8]) -> Option<Record> {
-        let word = |at: usize| -> Option<u64> {
-            Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
-        };
+        let word = |at: usize| word(b, at);
         let who = word(0)?;
         let n = usize::try_from(word(8)?).ok()?.min(MAX_BPF_FRAMES);
         if who == 0 {
@@ -718,9 +731,9 @@ mod tests {
     fn name_records_give_whole_ascii_names_only() {
         let mut b = vec![0u8; NAME_REC_LEN];
         b[..8].copy_from_slice(&[0xff; 8]);
-        b[8..16].copy_from_slice(&42u64.to_ne_bytes());
-        b[16..24].copy_from_slice(&0x1000u64.to_ne_bytes());
-        b[24..32].copy_from_slice(&(0xabcdu64 << 8).to_ne_bytes());
+        b[REC_TGID..REC_TGID + 8].copy_from_slice(&42u64.to_ne_bytes());
+        b[REC_CODE..REC_CODE + 8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        b[REC_IDENTITY..REC_IDENTITY + 8].copy_from_slice(&(0xabcdu64 << 8).to_ne_bytes());
         let put =
             |b: &mut Vec<u8>, header: usize, chars: usize, text: &[u8], length: u64, state: u32| {
                 b[header..header + 8].copy_from_slice(&length.to_le_bytes());
@@ -729,16 +742,16 @@ mod tests {
             };
         put(
             &mut b,
-            NAME_HEAD,
-            NAME_HEAD + 48,
+            NAME_HEADER_AT,
+            NAME_CHARS_AT,
             b"Class.method",
             12,
             0x60 | 1 << 2,
         );
         put(
             &mut b,
-            NAME_HEAD + 24,
-            NAME_HEAD + 48 + NAME_BYTES,
+            FILE_HEADER_AT,
+            FILE_CHARS_AT,
             b"/a/b.py",
             9,
             0x60 | 1 << 2,
@@ -753,8 +766,8 @@ mod tests {
         // Not ASCII: its characters are not where the record has them.
         put(
             &mut b,
-            NAME_HEAD,
-            NAME_HEAD + 48,
+            NAME_HEADER_AT,
+            NAME_CHARS_AT,
             b"Class.method",
             12,
             0x20 | 2 << 2,

@@ -76,9 +76,6 @@ pub(crate) struct PythonStats {
     /// Python frames shown as [`GONE`]: their code object was freed after
     /// the sample and another made at its address before it was named.
     pub code_gone: u64,
-    /// Code objects freed before they were read, named as the walk read
-    /// them at the sample.
-    pub named_at_sample: u64,
     /// Samples whose walk stopped at its frame limit with eval-loop calls
     /// left over: their outer Python frames are not shown.
     pub walks_full: u64,
@@ -455,10 +452,8 @@ impl Python {
         // A walk that stopped at its frame limit holds the innermost runs:
         // they pair with the innermost eval-loop calls, the outer calls
         // keep their native frames.
-        if walk.is_full() && evals.len() > runs.len() {
+        if walk.is_full() && evals.len() >= runs.len() {
             evals.truncate(runs.len());
-        }
-        if walk.is_full() && evals.len() == runs.len() {
             self.stats.walks_full += 1;
         }
         if evals.len() != runs.len() {
@@ -569,7 +564,6 @@ impl Python {
         let (info, first_traceable) = match (now(), at_sample) {
             (Some((info, first, true)), _) => (info, first),
             (_, Some((name, file))) => {
-                self.stats.named_at_sample += 1;
                 let info = CodeInfo {
                     name,
                     file,

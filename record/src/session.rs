@@ -655,8 +655,9 @@ fn python_warnings(s: &crate::python::PythonStats, fp: bool) -> Vec<String> {
         ));
     }
     if s.code_gone > 0 {
+        use flamerec_python::bpf::{FILE_BYTES, NAMED_FRAMES, NAME_BYTES};
         out.push(format!(
-            "{} Python frames are shown as [Python code freed before it was named]: their code object was freed after the sample, before flamerec read its name, and the walk at the sample did not read it (it reads the names of the innermost 32 frames' code, ASCII names under 64 characters and file names under 208)",
+            "{} Python frames are shown as [Python code freed before it was named]: their code object was freed after the sample, before flamerec read its name, and the walk at the sample did not read it (it reads the names of the innermost {NAMED_FRAMES} frames' code, ASCII names under {NAME_BYTES} characters and file names under {FILE_BYTES})",
             s.code_gone
         ));
     }

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::ops::Range;
 
 use gimli::{
-    BaseAddresses, CallFrameInstruction, CfaRule, CieOrFde, EhFrame, EhFrameHdr, LittleEndian,
-    Register, RegisterRule, UnwindContext, UnwindSection, X86_64,
+    BaseAddresses, CallFrameInstruction, CfaRule, CieOrFde, EhFrame, EhFrameHdr, EndianSlice,
+    LittleEndian, Register, RegisterRule, UnwindContext, UnwindSection, X86_64,
 };
 
 use crate::elf::UnwindSections;
@@ -39,20 +39,27 @@ pub(crate) struct Rules {
     pub bx: Option<i64>,
 }
 
-/// The DWARF rules of `module` at `avma` (an address to look up: the ip, or
-/// a return address less one).
-pub(crate) fn rules(module: &CfiModule, avma: u64) -> Option<Rules> {
-    let s = &module.sections;
+/// `s`'s `.eh_frame`, and the addresses its pointers are relative to.
+fn eh_frame(s: &UnwindSections) -> Option<(EhFrame<EndianSlice<'_, LittleEndian>>, BaseAddresses)> {
     let (eh_range, eh_bytes) = s.eh_frame.as_ref()?;
-    let svma = avma.checked_sub(module.bias)?;
-    let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
     let mut bases = BaseAddresses::default().set_eh_frame(eh_range.start);
     if let Some(text) = &s.text {
         bases = bases.set_text(text.start);
     }
+    if let Some((hdr, _)) = &s.eh_frame_hdr {
+        bases = bases.set_eh_frame_hdr(hdr.start);
+    }
+    Some((EhFrame::new(eh_bytes, LittleEndian), bases))
+}
+
+/// The DWARF rules of `module` at `avma` (an address to look up: the ip, or
+/// a return address less one).
+pub(crate) fn rules(module: &CfiModule, avma: u64) -> Option<Rules> {
+    let s = &module.sections;
+    let (eh_frame, bases) = eh_frame(s)?;
+    let svma = avma.checked_sub(module.bias)?;
     let fde = match &s.eh_frame_hdr {
-        Some((hdr_range, hdr_bytes)) => {
-            bases = bases.set_eh_frame_hdr(hdr_range.start);
+        Some((_, hdr_bytes)) => {
             let hdr = EhFrameHdr::new(hdr_bytes, LittleEndian)
                 .parse(&bases, 8)
                 .ok()?;
@@ -92,17 +99,9 @@ pub(crate) fn rules(module: &CfiModule, avma: u64) -> Option<Rules> {
 /// the walk steps these rows itself. Only FDEs whose instructions name
 /// another register have their rows evaluated (a few in glibc).
 pub(crate) fn cfa_elsewhere(s: &UnwindSections) -> Vec<Range<u64>> {
-    let Some((eh_range, eh_bytes)) = s.eh_frame.as_ref() else {
+    let Some((eh_frame, bases)) = eh_frame(s) else {
         return Vec::new();
     };
-    let eh_frame = EhFrame::new(eh_bytes, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(eh_range.start);
-    if let Some(text) = &s.text {
-        bases = bases.set_text(text.start);
-    }
-    if let Some((hdr, _)) = &s.eh_frame_hdr {
-        bases = bases.set_eh_frame_hdr(hdr.start);
-    }
     let followed = |r: Register| r == X86_64::RSP || r == X86_64::RBP;
     let mut out = Vec::new();
     let mut ctx = UnwindContext::new();
