@@ -48,6 +48,19 @@ pub enum BpfError {
     Build,
 }
 
+impl BpfError {
+    /// Whether the kernel refused for want of privilege (`EPERM`, `EACCES`):
+    /// programs that read user memory at a sample need root, or `CAP_BPF`
+    /// with `CAP_PERFMON`.
+    pub fn refused(&self) -> bool {
+        let e = match self {
+            BpfError::Map(e) | BpfError::Element(e) | BpfError::Load { source: e, .. } => e,
+            BpfError::Build => return false,
+        };
+        matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+    }
+}
+
 /// Kinds of maps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MapKind {

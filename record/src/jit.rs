@@ -33,7 +33,9 @@ const MAX_MAP: u64 = 256 << 20;
 /// The largest jitdump read (node writes the code bytes too).
 const MAX_DUMP: u64 = 1 << 30;
 /// CPython names its trampolines so, in maps and dumps.
-const PY_PREFIX: &str = "py::";
+/// How CPython's `-X perf` and `-X perf_jit` begin the name of a Python
+/// function's trampoline: `py::qualname:file`.
+pub(crate) const PY_PREFIX: &str = "py::";
 
 /// One process's JIT files, and how much of each the unwinder knows.
 struct Sources {

@@ -23,7 +23,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use flamerec_bpf::{Program, RingBuffer};
+use flamerec_bpf::{BpfError, Program, RingBuffer};
 use flamerec_convert::Converter;
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
 use flamerec_python::bpf::{layout_index, Entry, Record, WalkerMaps};
@@ -181,12 +181,10 @@ impl Python {
         lines: bool,
         command: Option<&Path>,
     ) -> Result<(Python, RingBuffer), String> {
-        let mut maps = WalkerMaps::new(4096, 65_536).map_err(|e| e.to_string())?;
-        let ring = RingBuffer::new(RING_BYTES).map_err(|e| e.to_string())?;
+        let mut maps = WalkerMaps::new(4096, 65_536).map_err(unreadable)?;
+        let ring = RingBuffer::new(RING_BYTES).map_err(unreadable)?;
         let first = command.and_then(flamerec_python::minor_of_binary);
-        let program = maps
-            .program(Some(&ring), first)
-            .map_err(|e| e.to_string())?;
+        let program = maps.program(Some(&ring), first).map_err(unreadable)?;
         let mut unattached = Vec::new();
         for e in events {
             unattached.push(e.fd.try_clone().map_err(|e| e.to_string())?);
@@ -513,7 +511,7 @@ impl Python {
                     self.stats.trampolines_named_alike += 1;
                     continue;
                 }
-                if name.starts_with("py::") {
+                if name.starts_with(crate::jit::PY_PREFIX) {
                     self.stats.trampolines_named_otherwise += 1;
                 }
                 out.push(*f);
@@ -645,16 +643,32 @@ impl Python {
 /// Whether `name`, a JIT frame's, is the perf trampoline CPython writes for
 /// `code`: `py::qualname:file`.
 fn names_code(name: &str, code: &CodeInfo) -> bool {
-    name.strip_prefix("py::")
+    name.strip_prefix(crate::jit::PY_PREFIX)
         .and_then(|r| r.strip_suffix(code.file.as_str()))
         .and_then(|r| r.strip_suffix(':'))
         == Some(code.name.as_str())
 }
 
 /// Attaches `program` to every event in `events`, which empties.
+/// Why Python frames are not read, when the kernel would not run the BPF
+/// program that reads them for want of privilege (said where a CPython runs).
+pub(crate) const NEEDS_PRIVILEGE: &str =
+    "they are read at each sample by a BPF program, which the \
+     kernel runs only for root (or with CAP_BPF and CAP_PERFMON): run flamerec as root to see them";
+
+/// Why Python frames cannot be read, from the walker's error.
+fn unreadable(e: BpfError) -> String {
+    if e.refused() {
+        NEEDS_PRIVILEGE.to_string()
+    } else {
+        format!("the BPF program that reads them: {e}")
+    }
+}
+
 fn attach(events: &mut Vec<OwnedFd>, program: &Program) -> Result<(), String> {
     for fd in events.iter() {
-        sys::set_bpf(fd, program.fd()).map_err(|e| format!("attaching it: {e}"))?;
+        sys::set_bpf(fd, program.fd())
+            .map_err(|e| format!("the BPF program that reads them: attaching it: {e}"))?;
     }
     events.clear();
     Ok(())

@@ -246,16 +246,13 @@ impl Session {
         // Where they cannot be read, why: said if a CPython runs.
         let (python, python_unread) = match opts.python {
             PythonFrames::Off => (None, None),
-            _ if !sys::is_root() => (
-                None,
-                Some("they are read by a BPF program, which needs root (run flamerec as root to see them)".to_string()),
-            ),
+            _ if !sys::is_root() => (None, Some(crate::python::NEEDS_PRIVILEGE.to_string())),
             mode => {
                 let now = mode == PythonFrames::On || launch.is_some();
                 let command = launch.as_ref().map(|(_, program, _)| program.as_path());
                 match crate::python::Python::start(&events, now, opts.python_lines, command) {
                     Ok(p) => (Some(p), None),
-                    Err(e) => (None, Some(format!("the BPF program that reads them: {e}"))),
+                    Err(why) => (None, Some(why)),
                 }
             }
         };

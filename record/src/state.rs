@@ -700,6 +700,11 @@ impl<W: io::Write> State<W> {
         ));
         let jit = std::mem::take(&mut self.jit);
         let jit = jit.finish(self.conv.writer(), sys::monotonic_ns());
+        // Python frames that `-X perf`'s trampolines named: shown without BPF.
+        let trampolines = jit.names.iter().any(|(_, n)| {
+            n.first()
+                .is_some_and(|n| n.starts_with(crate::jit::PY_PREFIX))
+        });
         warnings.extend(jit.warnings);
         totals.jit_frames = jit.frames;
         if c.throttles > 0 {
@@ -708,10 +713,13 @@ impl<W: io::Write> State<W> {
                 c.throttles
             ));
         }
-        if let Some((why, seen)) = self.python_unread.take().filter(|(_, s)| !s.is_empty()) {
+        let unread = self.python_unread.take().filter(|(_, s)| !s.is_empty());
+        if let Some((why, seen)) = unread.filter(|_| !trampolines) {
             let seen: Vec<String> = seen.into_iter().collect();
             warnings.push(format!(
-                "CPython ran ({}) but its Python frames were not read: {why}; its samples keep their native frames",
+                "CPython ran ({}) but its Python frames were not read: {why}; its samples keep \
+                 their native frames (without BPF, CPython 3.12+ run with -X perf names them \
+                 through its trampolines)",
                 seen.join(", ")
             ));
         }

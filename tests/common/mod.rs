@@ -290,10 +290,28 @@ pub fn record_dd(dir: &Path, blocks: u32, extra: &[&str]) -> Option<Stacks> {
 /// (`kernel.perf_event_mlock_kb`), and two recordings of one user at once
 /// were refused.
 pub fn as_nobody(home: &Path, args: &[&str]) -> Output {
+    unprivileged(
+        &["--reuid=65534", "--regid=65534", "--clear-groups"],
+        home,
+        args,
+    )
+}
+
+/// flamerec run as root without capabilities but CAP_IPC_LOCK (its rings):
+/// where the kernel refuses BPF (no CAP_BPF, CAP_PERFMON or CAP_SYS_ADMIN)
+/// while root's files (pyenv's CPythons) stay readable. One at a time with
+/// [`as_nobody`]'s recordings.
+pub fn without_capabilities(home: &Path, args: &[&str]) -> Output {
+    let drop = ["--bounding-set=-all,+ipc_lock", "--inh-caps=-all"];
+    unprivileged(&drop, home, args)
+}
+
+fn unprivileged(setpriv: &[&str], home: &Path, args: &[&str]) -> Output {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(setpriv)
+        .arg("--")
         .arg(env!("CARGO_BIN_EXE_flamerec"))
         .args(args)
         .env("HOME", home)
