@@ -6,7 +6,7 @@
 #   exit (-XX:+DumpPerfMapAtExit) or perf's JVMTI agent (a jitdump; the agent is built from the
 #   Linux source 34-perf7.sh unpacked);
 # recorded by flamerec's default (dwarf) and -g fp, samply, and perf -k 1 -g (with
-# `perf inject --jit` before perf script for a jitdump). Each command runs under
+# `perf inject --jit` before perf script for a jitdump), perf 6.1 and the perf 7 34-perf7.sh built. Each command runs under
 # `sh -c 'CMD; date > END'`, so the time from its end to a written recording is the recorder's
 # exit (bench/run's t1) − END (perf's row adds what perf script, and perf inject for a jitdump,
 # take before there is anything to read). Figures as in 36-python.sh, with
@@ -21,10 +21,20 @@ JIT_S=2; [ $QUICK = 1 ] && JIT_S=0.5
 } >> "$RUNTIMES_TABLE"
 JIT_DIR=$OUT/jit # node writes its jitdump in the current directory
 mkdir -p "$JIT_DIR"
+jit_perf() { # TOOL → the perf binary of a perf row
+    if [ "$1" = perf7-k1 ]; then echo "$PERF7"; else echo perf; fi
+}
+eval "jit_base_tool_na() $(declare -f tool_na | sed 1d)"
+tool_na() {
+    case $1 in
+        perf7-k1) echo "$PERF7_NA" ;;
+        *) jit_base_tool_na "$@" ;;
+    esac
+}
 eval "jit_base_recorder() $(declare -f recorder | sed 1d)"
 recorder() {
     case $1 in
-        perf-k1) REC_FILE=$2.data; REC_CMD=(perf record -q -k 1 -e cpu-clock -F "$3" -g -o "$REC_FILE" --) ;;
+        perf-k1 | perf7-k1) REC_FILE=$2.data; REC_CMD=("$(jit_perf "$1")" record -q -k 1 -e cpu-clock -F "$3" -g -o "$REC_FILE" --) ;;
         *) jit_base_recorder "$@" ;;
     esac
 }
@@ -32,17 +42,20 @@ eval "jit_base_samples_of() $(declare -f samples_of | sed 1d)"
 samples_of() {
     case $1 in
         perf-k1) jit_base_samples_of perf-fp "$2" ;;
+        perf7-k1) "$PERF7" report -i "$2" --stats 2> /dev/null | awk '$1 == "SAMPLE" && $2 == "events:" {print $3; exit}' ;;
         *) jit_base_samples_of "$@" ;;
     esac
 }
 jit_folded() { # WORKLOAD TOOL RECORDING → folded text on stdout
     case $2 in
-        perf-k1)
+        perf-k1 | perf7-k1)
+            local perf
+            perf=$(jit_perf "$2")
             if [[ $1 == *dump* || $1 == *perf-jit* || $1 == *agent* ]]; then
-                (cd "$JIT_DIR" && perf inject --jit -i "$3" -o "$3.jitted" 2> /dev/null) &&
-                    perf script -i "$3.jitted" 2> /dev/null | inferno-collapse-perf 2> /dev/null
+                (cd "$JIT_DIR" && "$perf" inject --jit -i "$3" -o "$3.jitted" 2> /dev/null) &&
+                    "$perf" script -i "$3.jitted" 2> /dev/null | inferno-collapse-perf 2> /dev/null
             else
-                perf script -i "$3" 2> /dev/null | inferno-collapse-perf 2> /dev/null
+                "$perf" script -i "$3" 2> /dev/null | inferno-collapse-perf 2> /dev/null
             fi ;;
         samply) python3 "$RT" samply "$3" ;;
         *) rt_folded "$2" "$3" ;;
@@ -107,12 +120,15 @@ else
     rt_row "KnownProfile.java, java 17 with perf's JVMTI agent (jitdump)" "—" "n/a: the agent was not built (no Linux source from bench/perf7, or: $(tail -n1 "$OUT/jvmti.txt" 2> /dev/null))" "" "" "" "" ""
 fi
 
-JIT_TOOLS=(bare flamerec-dwarf flamerec-fp samply perf-k1)
+JIT_TOOLS=(bare flamerec-dwarf flamerec-fp samply perf-k1 perf7-k1)
 jit_tool_name() { # WORKLOAD TOOL
     case $2 in
         flamerec-dwarf) echo "flamerec (default)" ;;
         flamerec-fp) echo "flamerec -g fp" ;;
-        perf-k1) echo "perf -k 1 -g$([[ $1 == *dump* || $1 == *perf-jit* || $1 == *agent* ]] && echo ' + inject --jit')" ;;
+        perf-k1 | perf7-k1)
+            local v=""
+            [ "$2" = perf-k1 ] || v=" ${PERF7_VERSION:-7}"
+            echo "perf$v -k 1 -g$([[ $1 == *dump* || $1 == *perf-jit* || $1 == *agent* ]] && echo ' + inject --jit')" ;;
         *) echo "$2" ;;
     esac
 }
@@ -132,7 +148,7 @@ for run in $(seq 1 "$RUNS"); do
             recorder "$tool" "$OUT/rec/$w.$tool" "$FREQ"
             t=$(now_ns)
             jit_folded "$w" "$tool" "$REC_FILE" > "$OUT/rec/$w.$tool.folded"
-            [ "$tool" != perf-k1 ] || JIT_INJECT[$w]=$(calc "($(now_ns) - $t) / 1e9")
+            [[ $tool != perf*-k1 ]] || JIT_INJECT[$w.$tool]=$(calc "($(now_ns) - $t) / 1e9")
         done
         rm -rf "$JIT_DIR"/jit-*.dump "$JIT_DIR"/jitted-*.so /tmp/perf-*.map /tmp/jit-*.dump "$HOME"/.debug/jit/java-jit-* 2> /dev/null || true
     done
@@ -153,7 +169,7 @@ for w in "${JIT_W[@]}"; do
         cpu=$(calc "($(col "$w" "$tool" cpu_s) - $cpu_b) / $samples * 1e6")
         lag=$(echo "${JIT_LAG[$w.$tool]:-}" | tr ' ' '\n' | grep . | median)
         inject=""
-        [ "$tool" != perf-k1 ] || inject=" + perf script$([[ $w == *dump* || $w == *perf-jit* || $w == *agent* ]] && echo ' and inject') $(fmt %.2f "${JIT_INJECT[$w]:-nan}") s"
+        [[ $tool != perf*-k1 ]] || inject=" + perf script$([[ $w == *dump* || $w == *perf-jit* || $w == *agent* ]] && echo ' and inject') $(fmt %.2f "${JIT_INJECT[$w.$tool]:-nan}") s"
         rt_row "${JIT_LABEL[$w]}" "$name" "$samples; $(fmt %.1f "$(bps "$w" "$tool")") B; $(fmt %.2f "$lag") s$inject" \
             "$(fmt %.1f%% "$named"); leaf unnamed JIT code $(fmt %.2f%% "$unnamed")" \
             "$(fmt %.1f%% "$rooted")$([ "$rooted" = n/a ] || echo " ($(holds "$rooted" ">=" 99.5))")" "$(three "$a" "$b" "$c")" \
