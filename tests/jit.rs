@@ -377,7 +377,7 @@ fn java_functions_are_named_from_a_jitdump_an_agent_writes() {
         dir.path(),
         "libjitdump-agent.so",
         &source,
-        &["-shared", "-fPIC", &inc, &inc_linux],
+        &["-shared", "-fPIC", &inc, &inc_linux, PROGRAMS_INCLUDE],
     );
     let flag = format!("-agentpath:{}", agent.display());
     let Some(info) = java_known_profile(dir.path(), &[flag.as_str()]) else {
@@ -388,6 +388,9 @@ fn java_functions_are_named_from_a_jitdump_an_agent_writes() {
         "{info}"
     );
 }
+
+/// Where the C programs find `jitdump-writer.h`, their shared jitdump writer.
+const PROGRAMS_INCLUDE: &str = concat!("-I", env!("CARGO_MANIFEST_DIR"), "/tests/programs");
 
 const JIT_REUSE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/jit-reuse.c");
 
@@ -408,7 +411,12 @@ fn code_written_twice_at_one_address_is_named_by_the_load_in_force() {
         dir.path(),
         "jit-reuse",
         &source,
-        &["-O1", "-fno-omit-frame-pointer", "-fno-inline"],
+        &[
+            "-O1",
+            "-fno-omit-frame-pointer",
+            "-fno-inline",
+            PROGRAMS_INCLUDE,
+        ],
     );
     for mode in ["dwarf", "fp"] {
         let out = dir.path().join(format!("reuse-{mode}.frec"));

@@ -1,49 +1,16 @@
-// A JVMTI agent that writes the JVM's compiled methods to a jitdump, as a
-// runtime's own jitdump writer would: jit-PID.dump in the working
-// directory, its first page mapped executable (how profilers find it), one
-// code load record per compiled method, named `Class.method(signature)`,
-// with the CLOCK_MONOTONIC time it was announced at.
+// A JVMTI agent that writes the JVM's compiled methods to a jitdump
+// (jitdump-writer.h), one code load record per compiled method, named
+// `Class.method(signature)`, at the time the JVM announced it.
 //
 // build: gcc -shared -fPIC -I$JAVA_HOME/include -I$JAVA_HOME/include/linux
-//        -o libjitdump-agent.so jitdump-agent.c
+//        -I. -o libjitdump-agent.so jitdump-agent.c
 // use:   java -agentpath:/path/to/libjitdump-agent.so ...
-#define _GNU_SOURCE
-#include <fcntl.h>
+#include "jitdump-writer.h"
 #include <jvmti.h>
 #include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
-struct header {
-    uint32_t magic, version, total_size, elf_mach, pad1, pid;
-    uint64_t timestamp, flags;
-};
-
-struct load {
-    uint32_t id, total_size;
-    uint64_t timestamp;
-    uint32_t pid, tid;
-    uint64_t vma, code_addr, code_size, code_index;
-};
 
 static int dump = -1;
-static uint64_t index_;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static int write_all(const void *p, size_t n) {
-    return write(dump, p, n) == (ssize_t)n ? 0 : -1;
-}
 
 // `LKnownProfile;` → `KnownProfile` (packages with dots).
 static void class_name(const char *sig, char *out, size_t size) {
@@ -70,20 +37,8 @@ static void JNICALL compiled(jvmtiEnv *jvmti, jmethodID method, jint code_size,
         class_name(csig, cls, sizeof cls);
         snprintf(full, sizeof full, "%s.%s%s", cls, name, sig);
     }
-    size_t len = strlen(full) + 1;
     pthread_mutex_lock(&lock);
-    struct load r = {
-        .id = 0,
-        .total_size = (uint32_t)(sizeof r + len + (size_t)code_size),
-        .timestamp = now_ns(),
-        .pid = (uint32_t)getpid(),
-        .tid = (uint32_t)syscall(SYS_gettid),
-        .vma = (uint64_t)(uintptr_t)code_addr,
-        .code_addr = (uint64_t)(uintptr_t)code_addr,
-        .code_size = (uint64_t)code_size,
-        .code_index = index_++,
-    };
-    if (write_all(&r, sizeof r) || write_all(full, len) || write_all(code_addr, (size_t)code_size))
+    if (jitdump_load(dump, full, code_addr, (uint64_t)code_size))
         fprintf(stderr, "jitdump-agent: writing the dump failed\n");
     pthread_mutex_unlock(&lock);
     (*jvmti)->Deallocate(jvmti, (unsigned char *)name);
@@ -98,26 +53,9 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved) {
     jvmtiEnv *jvmti;
     if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK)
         return 1;
-    char path[64];
-    snprintf(path, sizeof path, "jit-%d.dump", getpid());
-    dump = open(path, O_CREAT | O_TRUNC | O_RDWR, 0644);
+    dump = jitdump_open();
     if (dump < 0) {
-        perror("jitdump-agent: creating the dump");
-        return 1;
-    }
-    struct header h = {
-        .magic = 0x4A695444,
-        .version = 1,
-        .total_size = sizeof h,
-        .elf_mach = 62, // EM_X86_64
-        .pid = (uint32_t)getpid(),
-        .timestamp = now_ns(),
-        .flags = 0,
-    };
-    if (write_all(&h, sizeof h) ||
-        mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_EXEC, MAP_PRIVATE, dump, 0) ==
-            MAP_FAILED) {
-        perror("jitdump-agent: writing or mapping the dump");
+        perror("jitdump-agent: creating or mapping the dump");
         return 1;
     }
     jvmtiCapabilities caps;
