@@ -13,7 +13,7 @@
 //! Needs root (BPF): fails with the cause unless FLAMEREC_SKIP_BPF_TESTS=1;
 //! a CPython missing fails unless FLAMEREC_SKIP_PYTHON_TESTS=1.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::common::*;
 
@@ -31,6 +31,29 @@ fn cpythons() -> Vec<(u8, PathBuf)> {
         panic!("no CPython 3.{missing:?} here (pyenv's or /usr/bin/python3.X); set FLAMEREC_SKIP_PYTHON_TESTS=1 where they cannot be installed");
     }
     found
+}
+
+/// Each CPython here in turn: the interpreter run with `args`, recorded as
+/// root with recorder flags `flags`; `check` gets the minor version, the
+/// interpreter's path (for messages), the recording and the recorder's
+/// stderr. Nothing runs where BPF or perf events are not usable.
+fn on_each_cpython(flags: &[&str], args: &[&str], mut check: impl FnMut(u8, &str, &Path, &str)) {
+    if !bpf_usable() {
+        return;
+    }
+    let dir = tmp();
+    for (minor, python) in cpythons() {
+        let what = python.display().to_string();
+        let out = dir.path().join("py.frec");
+        let mut command = vec![python.to_str().unwrap()];
+        command.extend(args);
+        let Some(o) = record(&out, flags, &command) else {
+            return;
+        };
+        let err = stderr(&o);
+        assert!(o.status.success(), "{what}: {err}");
+        check(minor, &what, &out, &err);
+    }
 }
 
 fn is_py(frame: &str, name: &str) -> bool {
@@ -117,20 +140,10 @@ fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
 /// names well under half (its main thread has ≈ 3 in 4 samples).
 #[test]
 fn python_frames_stand_where_the_eval_loop_ran_them() {
-    if !bpf_usable() {
-        return;
-    }
-    let dir = tmp();
-    for (minor, python) in cpythons() {
-        let what = python.display().to_string();
-        let out = dir.path().join("known.frec");
-        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), SCRIPT, "1000"]) else {
-            return;
-        };
-        assert!(o.status.success(), "{what}: {}", stderr(&o));
-        let s = shown(&what, &fold(&out, &[]));
+    on_each_cpython(&[], &[SCRIPT, "1000"], |minor, what, out, err| {
+        let s = shown(what, &fold(out, &[]));
         // `info` names the version and counts what its samples showed.
-        let info = info_json(&out);
+        let info = info_json(out);
         let py = &info["python"];
         assert_eq!(py.as_array().map(Vec::len), Some(1), "{what}: {info}");
         let version = py[0]["version"].as_str().unwrap_or("");
@@ -145,13 +158,67 @@ fn python_frames_stand_where_the_eval_loop_ran_them() {
         assert!(with * 2 >= s.samples, "{what}: {info}");
         assert!(
             s.named * 2 >= s.samples,
-            "{what}: {} of {} samples with Python frames: {}",
+            "{what}: {} of {} samples with Python frames: {err}",
             s.named,
             s.samples,
-            stderr(&o)
         );
-        assert!(s.worker_in_zlib > 0, "{what}: {}", stderr(&o));
+        assert!(s.worker_in_zlib > 0, "{what}: {err}");
+    });
+}
+
+/// `--python-interpreter` keeps the interpreter's own frames: each
+/// eval-loop call under the Python frames it ran, the Python frames still
+/// whole and in order. Without the flag none is shown (asserted by
+/// [`shown`] in every other recording); with it, every whole stack of a
+/// work function holds one (bound: half of them, for start-up stacks).
+#[test]
+fn the_interpreters_frames_are_kept_with_a_flag() {
+    if !bpf_usable() {
+        return;
     }
+    let Some(python) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("interp.frec");
+    let flags = ["--python-interpreter"];
+    let Some(o) = record(&out, &flags, &[python.to_str().unwrap(), SCRIPT, "500"]) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let mut above = vec!["<module>", "main"];
+    above.extend(["descend"; 30]);
+    let (mut whole, mut with_eval) = (0, 0);
+    for (frames, n) in fold(&out, &[]) {
+        let Some(leaf) = frames.iter().position(|f| is_py(f, "py_alpha")) else {
+            continue;
+        };
+        if frames.get(1).is_none_or(|f| f != "_start") {
+            continue;
+        }
+        let callers: Vec<&str> = frames[..leaf]
+            .iter()
+            .filter(|f| f.ends_with("known.py)"))
+            .map(|f| f.split(" (").next().unwrap())
+            .collect();
+        assert_eq!(callers, above, "{}", frames.join(";"));
+        whole += n;
+        let first = frames
+            .iter()
+            .position(|f| f.ends_with("known.py)"))
+            .unwrap();
+        if frames[first..]
+            .iter()
+            .any(|f| f == "_PyEval_EvalFrameDefault")
+        {
+            with_eval += n;
+        }
+    }
+    assert!(
+        whole >= 100 && with_eval * 2 >= whole,
+        "{with_eval} of {whole} with the eval loop: {err}"
+    );
 }
 
 /// With 4 KiB of stack copied, half the samples of known.py's 30-deep
@@ -435,19 +502,9 @@ phase("second.py", 20000000)
 /// with ≥ 300 samples (the share's sd under 3 points).
 #[test]
 fn code_made_where_other_code_was_freed_is_named_by_the_code_sampled() {
-    if !bpf_usable() {
-        return;
-    }
-    let dir = tmp();
-    for (_, python) in cpythons() {
-        let what = python.display().to_string();
-        let out = dir.path().join("twice.frec");
-        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), "-c", TWICE]) else {
-            return;
-        };
-        assert!(o.status.success(), "{what}: {}", stderr(&o));
+    on_each_cpython(&[], &["-c", TWICE], |_, what, out, err| {
         let (mut first, mut second) = (0, 0);
-        for (frames, n) in fold(&out, &[]) {
+        for (frames, n) in fold(out, &[]) {
             match frames.iter().rev().find(|f| f.starts_with("work (")) {
                 Some(f) if f == "work (first.py)" => first += n,
                 Some(f) if f == "work (second.py)" => second += n,
@@ -456,10 +513,9 @@ fn code_made_where_other_code_was_freed_is_named_by_the_code_sampled() {
         }
         assert!(
             second * 2 >= first + second && first + second >= 300,
-            "{what}: work (first.py) {first}, work (second.py) {second}: {}",
-            stderr(&o)
+            "{what}: work (first.py) {first}, work (second.py) {second}: {err}",
         );
-    }
+    });
 }
 
 /// 300 calls of `down` above a loop in `spin`: deeper than one walk reads.
@@ -487,19 +543,9 @@ down(300)
 /// the start-up's, ≈ 90%); `spin` runs 0.5–0.8 s of CPU: ≥ 300 samples.
 #[test]
 fn a_stack_deeper_than_one_walk_shows_its_innermost_frames_and_says_so() {
-    if !bpf_usable() {
-        return;
-    }
-    let dir = tmp();
-    for (minor, python) in cpythons() {
-        let what = python.display().to_string();
-        let out = dir.path().join("deep.frec");
-        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), "-c", DEEP, "1500"]) else {
-            return;
-        };
-        assert!(o.status.success(), "{what}: {}", stderr(&o));
+    on_each_cpython(&[], &["-c", DEEP, "1500"], |minor, what, out, err| {
         let (mut all, mut deep) = (0, 0);
-        for (frames, n) in fold(&out, &[]) {
+        for (frames, n) in fold(out, &[]) {
             all += n;
             if !frames.iter().any(|f| f.starts_with("spin (")) {
                 continue;
@@ -541,10 +587,9 @@ fn a_stack_deeper_than_one_walk_shows_its_innermost_frames_and_says_so() {
         }
         assert!(
             deep * 2 >= all && all >= 300,
-            "{what}: {deep} of {all}: {}",
-            stderr(&o)
+            "{what}: {deep} of {all}: {err}"
         );
-    }
+    });
 }
 
 /// Top-level code compiled, run for ≈ 10 ms and freed, 100 times: each
@@ -567,20 +612,10 @@ for i in range(100):
 /// is made where the last one was freed).
 #[test]
 fn code_freed_right_after_it_ran_is_named_as_read_at_the_sample() {
-    if !bpf_usable() {
-        return;
-    }
-    let dir = tmp();
-    for (_, python) in cpythons() {
-        let what = python.display().to_string();
-        let out = dir.path().join("short.frec");
-        let Some(o) = record(&out, &[], &[python.to_str().unwrap(), "-c", SHORT_LIVED]) else {
-            return;
-        };
-        assert!(o.status.success(), "{what}: {}", stderr(&o));
+    on_each_cpython(&[], &["-c", SHORT_LIVED], |_, what, out, err| {
         let (mut all, mut named, mut gone) = (0, 0, 0);
         let mut files = std::collections::BTreeSet::new();
-        for (frames, n) in fold(&out, &[]) {
+        for (frames, n) in fold(out, &[]) {
             all += n;
             if frames
                 .iter()
@@ -599,11 +634,10 @@ fn code_freed_right_after_it_ran_is_named_as_read_at_the_sample() {
         }
         assert!(
             named * 2 >= all && all >= 300 && gone * 100 <= all && files.len() >= 50,
-            "{what}: {named} of {all} samples named, {gone} freed, {} files: {}",
+            "{what}: {named} of {all} samples named, {gone} freed, {} files: {err}",
             files.len(),
-            stderr(&o)
         );
-    }
+    });
 }
 
 /// Without root the walker cannot be loaded: a CPython the command runs is
@@ -668,7 +702,8 @@ fn without_root_a_cpython_is_named_once_with_what_would_help() {
 /// Where the kernel refuses BPF (root without its capabilities here, as in
 /// a container), a CPython 3.12 run without `-X perf` is named once with
 /// both ways that would show its Python frames; run with `-X perf`, its
-/// trampolines name them and nothing is said.
+/// trampolines name them, nothing is said, and the interpreter's frames
+/// between two of them are left out (kept with `--python-interpreter`).
 #[test]
 fn without_bpf_minus_x_perf_names_python_frames_and_is_advised() {
     let Some(python) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
@@ -676,10 +711,11 @@ fn without_bpf_minus_x_perf_names_python_frames_and_is_advised() {
     };
     let dir = tmp();
     let program = "def spin():\n    return sum(range(300000))\nfor _ in range(100):\n    spin()\n";
-    let record = |name: &str, flags: &[&str]| {
+    let record = |name: &str, recorder: &[&str], flags: &[&str]| {
         let out = dir.path().join(name);
-        let mut args = vec!["record", "-o", out.to_str().unwrap(), "--"];
-        args.push(python.to_str().unwrap());
+        let mut args = vec!["record", "-o", out.to_str().unwrap()];
+        args.extend(recorder);
+        args.extend(["--", python.to_str().unwrap()]);
         args.extend(flags);
         args.extend(["-c", program]);
         let o = without_capabilities(dir.path(), &args);
@@ -688,7 +724,7 @@ fn without_bpf_minus_x_perf_names_python_frames_and_is_advised() {
         (fold(&out, &[]), err)
     };
     let said = |err: &str| err.matches("Python frames were not read").count();
-    let (stacks, err) = record("plain.frec", &[]);
+    let (stacks, err) = record("plain.frec", &[], &[]);
     assert_eq!(said(&err), 1, "{err}");
     assert!(err.contains("CAP_BPF") && err.contains("-X perf"), "{err}");
     assert!(!stacks
@@ -698,10 +734,25 @@ fn without_bpf_minus_x_perf_names_python_frames_and_is_advised() {
     // samples (measured 97.7%; the rest is start-up), far above the half
     // asserted, which a loaded machine's fewer samples keep too; and nothing
     // said about frames not read.
-    let (stacks, err) = record("perf.frec", &["-X", "perf"]);
+    let (stacks, err) = record("perf.frec", &[], &["-X", "perf"]);
     assert_eq!(said(&err), 0, "{err}");
     let spin = share(&stacks, |s| s.iter().any(|f| f.starts_with("py::spin:")));
     assert!(spin > 50.0, "{spin:.1}% in spin: {err}");
+    // The interpreter's frames between two trampolines are left out, as
+    // between two runs of the frame chain, and kept with the flag.
+    let between = |s: &[String]| {
+        let first = s.iter().position(|f| f.starts_with("py::<module>:"));
+        let last = s.iter().position(|f| f.starts_with("py::spin:"));
+        match (first, last) {
+            (Some(a), Some(b)) if a < b => s[a..b].iter().any(|f| f == "_PyEval_EvalFrameDefault"),
+            _ => false,
+        }
+    };
+    let kept = share(&stacks, between);
+    assert_eq!(kept, 0.0, "{err}");
+    let (stacks, err) = record("kept.frec", &["--python-interpreter"], &["-X", "perf"]);
+    let kept = share(&stacks, between);
+    assert!(kept > 50.0, "{kept:.1}% with the eval loop between: {err}");
 }
 
 /// With frame pointers only, a CPython built without them (pyenv's) cannot

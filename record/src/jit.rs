@@ -56,6 +56,8 @@ pub(crate) struct JitNames {
     /// Whether each module of the recording (by id) is plain anonymous
     /// memory, whose frames are looked up.
     anon: Vec<bool>,
+    /// Whether each module of the recording (by id) is a CPython binary.
+    interpreter: Vec<bool>,
     /// JIT name → its module, and back.
     modules: HashMap<String, ModuleId>,
     names: HashMap<ModuleId, String>,
@@ -222,6 +224,36 @@ impl JitNames {
         }
     }
 
+    /// Leaves out of `frames` (a sample's user frames, leaf first, named)
+    /// the interpreter's own frames between two of CPython's perf
+    /// trampolines, as the frame chain's splice leaves them out between two
+    /// runs: `-X perf` without BPF reads like Python frames. Trampolines
+    /// count once named (a perf map names them at the sample; a buffered
+    /// jitdump only later, and those samples keep their frames).
+    pub(crate) fn leave_out_interpreter(&self, frames: &mut Vec<Frame>) {
+        let trampoline = |f: &Frame| {
+            self.name_of(f.module)
+                .is_some_and(|n| n.starts_with(PY_PREFIX))
+        };
+        let (Some(first), Some(last)) = (
+            frames.iter().position(trampoline),
+            frames.iter().rposition(trampoline),
+        ) else {
+            return;
+        };
+        let mut i = 0;
+        frames.retain(|f| {
+            let between = i > first && i < last;
+            i += 1;
+            !(between
+                && self
+                    .interpreter
+                    .get(f.module as usize)
+                    .copied()
+                    .unwrap_or(false))
+        });
+    }
+
     /// The name a JIT frame of `module` was given, if it is one.
     pub(crate) fn name_of(&self, module: ModuleId) -> Option<&str> {
         self.names.get(&module).map(String::as_str)
@@ -258,6 +290,9 @@ impl JitNames {
     fn learn_modules<W: io::Write>(&mut self, writer: &Writer<W>) {
         let from = self.anon.len();
         for (i, m) in writer.modules_from(from).iter().enumerate() {
+            let cpython =
+                m.kind != ModuleKind::Anonymous && flamerec_python::is_cpython_binary(&m.path);
+            self.interpreter.push(cpython);
             let id = (from + i) as ModuleId;
             // Not the recorder's own: JIT names' modules, the Python
             // frames' (`[python]`, named by the Python reader), and

@@ -150,6 +150,10 @@ pub struct RecordOptions {
     /// Python frames by line: `qualname (file:line)`, one frame per line
     /// a function was sampled at, instead of one per function.
     pub python_lines: bool,
+    /// The interpreter's own frames kept beside Python frames: each
+    /// eval-loop call under the Python frames it ran, and the calls between
+    /// two of them (`_PyFunction_Vectorcall`, …), left out by default.
+    pub python_interpreter: bool,
 }
 
 /// When the recorder reads Python frames at each sample (a BPF program that
@@ -207,6 +211,7 @@ impl Default for RecordOptions {
             ring_readers: RingReaders::Auto,
             python: PythonFrames::Auto,
             python_lines: false,
+            python_interpreter: false,
         }
     }
 }

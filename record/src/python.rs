@@ -130,6 +130,15 @@ struct CodeFrame {
 }
 
 /// Python frames of a recording.
+/// What is shown beside the Python functions' frames.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shown {
+    /// One frame per line a function was sampled at (`--python-lines`).
+    pub lines: bool,
+    /// The interpreter's own frames (`--python-interpreter`).
+    pub interpreter: bool,
+}
+
 pub(crate) struct Python {
     maps: WalkerMaps,
     program: Program,
@@ -143,8 +152,8 @@ pub(crate) struct Python {
     /// Names the walks read at their samples, by (process, code object,
     /// identity), until a frame of that code is made.
     names_read: HashMap<(u32, u64, u64), (String, String)>,
-    /// With lines: one frame per (process, code object, line).
-    lines: bool,
+    /// What is shown beside the functions' frames.
+    shown: Shown,
     line_frames: HashMap<(u32, u64, u64, i32), Frame>,
     /// The frames standing for Python frames that cannot be named.
     markers: HashMap<&'static str, Frame>,
@@ -178,7 +187,7 @@ impl Python {
     pub(crate) fn start(
         events: &[Event],
         now: bool,
-        lines: bool,
+        shown: Shown,
         command: Option<&Path>,
     ) -> Result<(Python, RingBuffer), String> {
         let mut maps = WalkerMaps::new(4096, 65_536).map_err(unreadable)?;
@@ -201,7 +210,7 @@ impl Python {
                 walks: HashMap::new(),
                 code_frames: HashMap::new(),
                 names_read: HashMap::new(),
-                lines,
+                shown,
                 line_frames: HashMap::new(),
                 markers: HashMap::new(),
                 module: None,
@@ -421,7 +430,8 @@ impl Python {
     /// between two runs left out. Where `user` is `cut` short of the
     /// thread's entry, its eval-loop calls are the innermost ones and pair
     /// with as many innermost runs; the outer runs go with the native
-    /// frames that were not unwound (the stack stays cut).
+    /// frames that were not unwound (the stack stays cut). Whether it was
+    /// spliced (the walk paired with the stack).
     pub(crate) fn splice<'a, W: io::Write>(
         &mut self,
         conv: &mut Converter<W>,
@@ -430,9 +440,9 @@ impl Python {
         user: &mut Vec<Frame>,
         cut: bool,
         jit_name: impl Fn(ModuleId) -> Option<&'a str>,
-    ) {
+    ) -> bool {
         let Some(p) = self.procs.get_mut(&pid) else {
-            return;
+            return false;
         };
         if p.binary.is_none() {
             p.place(pid, conv);
@@ -462,11 +472,11 @@ impl Python {
             // The thread's state may have been taken for another's (read
             // while a thread was starting): read the states again.
             self.stale.insert(pid);
-            return;
+            return false;
         }
         if runs.is_empty() {
             // Not in Python code (the interpreter starting or ending).
-            return;
+            return false;
         }
         let binary = p.binary;
         let mut out =
@@ -478,12 +488,16 @@ impl Python {
         for (i, f) in user.iter().enumerate() {
             if next < evals.len() && evals[next] == i {
                 outermost = None;
+                if self.shown.interpreter {
+                    // The eval-loop call under the Python frames it ran.
+                    out.push(*f);
+                }
                 for py in &runs[next].frames {
                     if let Some((frame_of_code, first_traceable)) =
                         self.code_frame(conv, pid, py.code, py.identity)
                     {
                         if first_traceable.is_none_or(|first| py.instr >= first) {
-                            let frame = match self.lines {
+                            let frame = match self.shown.lines {
                                 true => self.line_frame(conv, pid, py),
                                 false => None,
                             };
@@ -515,7 +529,11 @@ impl Python {
                     self.stats.trampolines_named_otherwise += 1;
                 }
                 out.push(*f);
-            } else if next > 0 && next < evals.len() && Some(f.module) == binary {
+            } else if next > 0
+                && next < evals.len()
+                && Some(f.module) == binary
+                && !self.shown.interpreter
+            {
                 // The interpreter's own frames between two runs.
             } else {
                 out.push(*f);
@@ -526,6 +544,7 @@ impl Python {
         if let Some(p) = self.procs.get_mut(&pid) {
             p.shown += 1;
         }
+        true
     }
 
     /// The frame of code object `code` of `pid` (`identity` as the walk

@@ -250,7 +250,11 @@ impl Session {
             mode => {
                 let now = mode == PythonFrames::On || launch.is_some();
                 let command = launch.as_ref().map(|(_, program, _)| program.as_path());
-                match crate::python::Python::start(&events, now, opts.python_lines, command) {
+                let shown = crate::python::Shown {
+                    lines: opts.python_lines,
+                    interpreter: opts.python_interpreter,
+                };
+                match crate::python::Python::start(&events, now, shown, command) {
                     Ok(p) => (Some(p), None),
                     Err(why) => (None, Some(why)),
                 }
@@ -297,6 +301,7 @@ impl Session {
             warnings,
             python,
             python_unread,
+            python_interpreter: opts.python_interpreter,
         });
         // Samples wait for the kernel symbol table, so the loop can drain the
         // rings from the start. Off-CPU samples are weighed when their thread

@@ -66,6 +66,8 @@ pub(crate) struct StateConfig<W: io::Write> {
     pub python: Option<(Python, flamerec_bpf::RingBuffer)>,
     /// Why Python frames cannot be read here, where they were asked for.
     pub python_unread: Option<String>,
+    /// The interpreter's own frames kept beside Python frames.
+    pub python_interpreter: bool,
 }
 
 /// Counts for the trailer and the summary.
@@ -127,6 +129,7 @@ pub(crate) struct State<W: io::Write> {
     python: Option<Python>,
     /// Why Python frames are not read, and the CPython binaries seen.
     python_unread: Option<(String, BTreeSet<String>)>,
+    python_interpreter: bool,
     py_ring: Option<flamerec_bpf::RingBuffer>,
     /// JIT code: followed perf maps and jitdumps, and the names they give.
     jit: JitNames,
@@ -154,6 +157,7 @@ impl<W: io::Write> State<W> {
             deferred: c.defer.then(Deferred::default),
             python,
             python_unread: c.python_unread.map(|why| (why, BTreeSet::new())),
+            python_interpreter: c.python_interpreter,
             py_ring,
             jit: JitNames::default(),
         }
@@ -584,16 +588,22 @@ impl<W: io::Write> State<W> {
         }
         self.jit
             .name_frames(self.conv.writer_mut(), raw.pid, raw.time, &mut raw.user);
-        if let (Some(p), Some(walk)) = (&mut self.python, raw.python.take()) {
-            let jit = &self.jit;
-            p.splice(
-                &mut self.conv,
-                raw.pid,
-                &walk,
-                &mut raw.user,
-                raw.user_cut,
-                |m| jit.name_of(m),
-            );
+        let spliced = match (&mut self.python, raw.python.take()) {
+            (Some(p), Some(walk)) => {
+                let jit = &self.jit;
+                p.splice(
+                    &mut self.conv,
+                    raw.pid,
+                    &walk,
+                    &mut raw.user,
+                    raw.user_cut,
+                    |m| jit.name_of(m),
+                )
+            }
+            _ => false,
+        };
+        if !spliced && !self.python_interpreter {
+            self.jit.leave_out_interpreter(&mut raw.user);
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
@@ -771,6 +781,7 @@ mod tests {
             warnings: Vec::new(),
             python: None,
             python_unread: None,
+            python_interpreter: false,
         });
         st.set_kallsyms(Kallsyms::default());
         st

@@ -101,6 +101,11 @@ pub struct Args {
     /// function.
     #[arg(long)]
     python_lines: bool,
+    /// Keep the interpreter's own frames beside Python frames: each
+    /// `_PyEval_EvalFrameDefault` under the Python frames it ran and the
+    /// calls between them (`_PyFunction_Vectorcall`, …), left out by default.
+    #[arg(long)]
+    python_interpreter: bool,
     /// No progress line.
     #[arg(short, long)]
     quiet: bool,
@@ -152,6 +157,7 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
             Python::Off => PythonFrames::Off,
         },
         python_lines: a.python_lines,
+        python_interpreter: a.python_interpreter,
     })
 }
 
