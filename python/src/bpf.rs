@@ -16,8 +16,6 @@
 //! ([`Record::runs`]) as it does for frames it reads itself.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 
 use flamerec_bpf::asm::{
     self, helper, Code, Label, Reg, Size, FP, R0, R1, R2, R3, R4, R6, R7, R8, R9,
@@ -116,73 +114,24 @@ pub struct WalkerMaps {
     /// program sent last: sent again only for code it has not sent.
     known: Map,
     /// Layout index → its walk program.
-    walks: Arc<Map>,
-    /// The walk programs loaded, by layout index: by the process added,
-    /// or ahead of it by a thread started with the dispatcher.
-    loaded: Arc<Loaded>,
+    walks: Map,
+    /// The walk programs loaded, by layout index.
+    loaded: Vec<Option<Program>>,
     /// The layouts of the processes added.
     wanted: Vec<u32>,
     /// The ring each walk goes to, once the dispatcher is made (`None`
     /// inside: the per-CPU record only).
     ring: Option<Option<i32>>,
-    /// The thread loading the walks ahead, and what stops it (joined when
-    /// the maps go, after the load under way: it uses their descriptors).
-    ahead: Option<(std::thread::JoinHandle<()>, Arc<AtomicBool>)>,
-}
-
-impl Drop for WalkerMaps {
-    fn drop(&mut self) {
-        if let Some((t, stop)) = self.ahead.take() {
-            stop.store(true, Ordering::Relaxed);
-            let _ = t.join();
-        }
-    }
 }
 
 /// The maps a walk program names (by descriptor: they stay open while
-/// walks are loaded), and the walks array it goes into.
-#[derive(Debug, Clone)]
+/// walks are loaded).
+#[derive(Debug, Clone, Copy)]
 struct WalkFds {
     threads: i32,
     records: i32,
     known: i32,
-    walks: Arc<Map>,
     ring: Option<i32>,
-}
-
-impl WalkFds {
-    /// Loads the walk of layout `i` into `loaded` and the walks array,
-    /// unless it is there.
-    /// (Held locked while loading: a process that needs the walk the
-    /// thread is loading waits for it rather than loading it again.)
-    fn load(&self, i: usize, loaded: &Loaded) -> Result<(), BpfError> {
-        let Some(layout) = MINORS.get(i).and_then(|&m| known(m)) else {
-            return Ok(());
-        };
-        // Without waiting for a load of another layout under way.
-        if loaded.done.load(Ordering::Acquire) & (1 << i) != 0 {
-            return Ok(());
-        }
-        let mut slots = loaded.programs.lock().map_err(|_| BpfError::Build)?;
-        if !matches!(slots.get(i), Some(None)) {
-            return Ok(());
-        }
-        let code = walk_code(&layout, self).ok_or(BpfError::Build)?;
-        let program = Program::perf_event(&code)?;
-        let fd = u32::try_from(program.fd().as_raw_fd()).map_err(|_| BpfError::Build)?;
-        self.walks
-            .set(&(i as u32).to_ne_bytes(), &fd.to_ne_bytes())?;
-        slots[i] = Some(program);
-        loaded.done.fetch_or(1 << i, Ordering::Release);
-        Ok(())
-    }
-}
-
-/// The walk programs loaded, by layout index, and a bit per one loaded.
-#[derive(Debug)]
-struct Loaded {
-    programs: Mutex<Vec<Option<Program>>>,
-    done: AtomicU32,
 }
 
 impl WalkerMaps {
@@ -193,14 +142,10 @@ impl WalkerMaps {
             threads: Map::new(MapKind::Hash, 4, 8, threads)?,
             records: Map::new(MapKind::PerCpuArray, 4, RECORD_LEN as u32, 1)?,
             known: Map::new(MapKind::LruHash, 16, 8, KNOWN_CODES)?,
-            walks: Arc::new(Map::new(MapKind::ProgArray, 4, 4, MINORS.len() as u32)?),
-            loaded: Arc::new(Loaded {
-                programs: Mutex::new(MINORS.iter().map(|_| None).collect()),
-                done: AtomicU32::new(0),
-            }),
+            walks: Map::new(MapKind::ProgArray, 4, 4, MINORS.len() as u32)?,
+            loaded: MINORS.iter().map(|_| None).collect(),
             wanted: Vec::new(),
             ring: None,
-            ahead: None,
         })
     }
 
@@ -240,9 +185,10 @@ impl WalkerMaps {
     /// The program to attach: the dispatcher. With `ring`, each walk's
     /// record is also written there (as long as its frames need) with the
     /// names of code it meets first. The walks of the processes added are
-    /// loaded now, and `first`'s (a minor version: the command's CPython);
-    /// the others (≈ 20 ms of the verifier each) by a thread, newest
-    /// first, so that a CPython started later finds its walk loaded.
+    /// loaded now, and `first`'s (a minor version: the command's CPython,
+    /// whose first samples find it); another layout's when a process of it
+    /// is added. Loading all of them ahead on a thread cost ≈ 100 ms of CPU
+    /// beside every recorded command.
     pub fn program(
         &mut self,
         ring: Option<&RingBuffer>,
@@ -250,49 +196,39 @@ impl WalkerMaps {
     ) -> Result<Program, BpfError> {
         self.ring = Some(ring.map(RingBuffer::fd));
         let program = Program::perf_event(&self.dispatcher().ok_or(BpfError::Build)?)?;
-        self.load_walks()?;
-        if let Some(fds) = self.fds() {
-            // The command's own now: its first samples find it.
-            if let Some(i) = first.and_then(|m| MINORS.iter().position(|&x| x == m)) {
-                fds.load(i, &self.loaded)?;
-            }
-            let loaded = Arc::clone(&self.loaded);
-            let stop = Arc::new(AtomicBool::new(false));
-            let stopped = Arc::clone(&stop);
-            let thread = std::thread::Builder::new()
-                .name("flamerec-bpf".into())
-                .spawn(move || {
-                    for i in (0..MINORS.len()).rev() {
-                        if stopped.load(Ordering::Relaxed) {
-                            return;
-                        }
-                        // One that fails is loaded (and its error said)
-                        // when a process needs it.
-                        let _ = fds.load(i, &loaded);
-                    }
-                });
-            self.ahead = thread.ok().map(|t| (t, stop));
+        if let Some(i) = first.and_then(|m| MINORS.iter().position(|&x| x == m)) {
+            self.wanted.push(i as u32);
         }
+        self.load_walks()?;
         Ok(program)
     }
 
-    fn fds(&self) -> Option<WalkFds> {
-        Some(WalkFds {
+    /// Loads the walks of the layouts wanted not loaded yet, once the ring
+    /// is known.
+    fn load_walks(&mut self) -> Result<(), BpfError> {
+        let Some(ring) = self.ring else {
+            return Ok(());
+        };
+        let fds = WalkFds {
             threads: self.threads.fd(),
             records: self.records.fd(),
             known: self.known.fd(),
-            walks: Arc::clone(&self.walks),
-            ring: self.ring?,
-        })
-    }
-
-    /// Loads the walks of the layouts wanted, once the ring is known.
-    fn load_walks(&mut self) -> Result<(), BpfError> {
-        let Some(fds) = self.fds() else {
-            return Ok(());
+            ring,
         };
         for &i in &self.wanted {
-            fds.load(i as usize, &self.loaded)?;
+            let i = i as usize;
+            let Some(layout) = MINORS.get(i).and_then(|&m| known(m)) else {
+                continue;
+            };
+            if !matches!(self.loaded.get(i), Some(None)) {
+                continue;
+            }
+            let code = walk_code(&layout, &fds).ok_or(BpfError::Build)?;
+            let program = Program::perf_event(&code)?;
+            let fd = u32::try_from(program.fd().as_raw_fd()).map_err(|_| BpfError::Build)?;
+            self.walks
+                .set(&(i as u32).to_ne_bytes(), &fd.to_ne_bytes())?;
+            self.loaded[i] = Some(program);
         }
         Ok(())
     }
