@@ -4,9 +4,18 @@
 //! the address ranges of the eval loop (`_PyEval_EvalFrameDefault` and
 //! its `.cold` part, where the symbol table names one).
 
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use goblin::elf::{program_header::PT_LOAD, Elf};
+use goblin::container::Ctx;
+use goblin::elf::section_header::{SHT_NOBITS, SHT_PROGBITS};
+use goblin::elf::{program_header::PT_LOAD, Elf, SectionHeader};
+
+/// The largest binary read (its size is allocated, though only its tables
+/// are read into it).
+const MAX_BINARY: u64 = 1 << 30;
 
 /// Symbols and version of one CPython binary, as file virtual addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,18 +59,45 @@ pub enum BinaryError {
 
 impl PythonBinary {
     /// Reads the binary at `path`.
+    /// Reads the binary at `path`: its tables only (see [`tables_of`]),
+    /// or the whole file where those are not enough to parse it.
     pub fn read(path: &Path) -> Result<PythonBinary, BinaryError> {
         let name = path.display().to_string();
-        let data = std::fs::read(path).map_err(|source| BinaryError::Read {
+        let failed = |source| BinaryError::Read {
             path: name.clone(),
             source,
-        })?;
+        };
+        let file = File::open(path).map_err(failed)?;
+        if let Ok(tables) = tables_of(&file) {
+            let at = |off: u64| {
+                let mut b = [0u8; 8];
+                file.read_exact_at(&mut b, off).ok().map(|()| b)
+            };
+            if let Ok(binary) = Self::parse_with(&tables, &name, at) {
+                return Ok(binary);
+            }
+        }
+        let data = std::fs::read(path).map_err(failed)?;
         Self::parse(&data, &name)
     }
 
     /// Parses the bytes of a binary named `name` (for messages and the
     /// version of 3.8–3.10, which is only in the file name).
     pub fn parse(data: &[u8], name: &str) -> Result<PythonBinary, BinaryError> {
+        let at = |off: u64| {
+            let b = data.get(off as usize..(off as usize).checked_add(8)?)?;
+            b.try_into().ok()
+        };
+        Self::parse_with(data, name, at)
+    }
+
+    /// [`PythonBinary::parse`] of `data`, whose headers and symbol tables
+    /// are the file's, with the 8 bytes at a file offset from `at`.
+    fn parse_with(
+        data: &[u8],
+        name: &str,
+        at: impl Fn(u64) -> Option<[u8; 8]>,
+    ) -> Result<PythonBinary, BinaryError> {
         let elf = Elf::parse(data).map_err(|_| BinaryError::NotElf(name.into()))?;
         let mut runtime = None;
         let mut py_version = None;
@@ -105,9 +141,7 @@ impl PythonBinary {
             .collect();
         let version = py_version
             .and_then(|v| {
-                let off = file_offset(&segments, v)?;
-                let b = data.get(off as usize..off as usize + 8)?;
-                let hex = u64::from_le_bytes(b.try_into().ok()?);
+                let hex = u64::from_le_bytes(at(file_offset(&segments, v)?)?);
                 Some(((hex >> 24) as u8, (hex >> 16) as u8, (hex >> 8) as u8))
             })
             .or_else(|| version_in_name(name))
@@ -131,6 +165,52 @@ impl PythonBinary {
             .find(|&&(_, from, to)| (from..to.max(from + 1)).contains(&pgoff))?;
         Some(start.wrapping_sub(delta.wrapping_add(pgoff)))
     }
+}
+
+/// The file's bytes that finding symbols reads — the ELF and program
+/// headers, the section headers and every section but code and data
+/// (`SHT_PROGBITS`, `SHT_NOBITS`: `.text`, `.rodata`, `.debug_*`) — at their
+/// offsets in a buffer the file's size whose other bytes stay zero (never
+/// written, so never paged in). pyenv's libpython3.12 (30 MB, most of it
+/// DWARF): the whole file read took ≈ 26 ms of the recorder's loop each
+/// time a CPython process started.
+fn tables_of(file: &File) -> io::Result<Vec<u8>> {
+    let invalid = || io::Error::from(io::ErrorKind::InvalidData);
+    let len = file.metadata()?.len();
+    if len > MAX_BINARY {
+        return Err(invalid());
+    }
+    let mut data = vec![0u8; len as usize];
+    let fill = |data: &mut [u8], from: u64, n: u64| -> io::Result<()> {
+        let end = from
+            .checked_add(n)
+            .filter(|&e| e <= len)
+            .ok_or_else(invalid)?;
+        file.read_exact_at(&mut data[from as usize..end as usize], from)
+    };
+    fill(&mut data, 0, 64.min(len))?;
+    let header = Elf::parse_header(&data).map_err(|_| invalid())?;
+    let ctx = Ctx::new(
+        header.container().map_err(|_| invalid())?,
+        header.endianness().map_err(|_| invalid())?,
+    );
+    let ph = u64::from(header.e_phnum) * u64::from(header.e_phentsize);
+    let sh = u64::from(header.e_shnum) * u64::from(header.e_shentsize);
+    fill(&mut data, header.e_phoff, ph)?;
+    fill(&mut data, header.e_shoff, sh)?;
+    let sections = SectionHeader::parse(
+        &data,
+        header.e_shoff as usize,
+        usize::from(header.e_shnum),
+        ctx,
+    )
+    .map_err(|_| invalid())?;
+    for s in sections {
+        if s.sh_type != SHT_PROGBITS && s.sh_type != SHT_NOBITS {
+            fill(&mut data, s.sh_offset, s.sh_size)?;
+        }
+    }
+    Ok(data)
 }
 
 /// The file offset of virtual address `vaddr`.
@@ -164,6 +244,44 @@ mod tests {
         assert_eq!(version_in_name("/usr/bin/python3.9"), Some((3, 9, 0)));
         assert_eq!(version_in_name("/usr/bin/python3"), None);
         assert_eq!(version_in_name("/usr/lib/libc.so.6"), None);
+    }
+
+    /// Each CPython binary here (pyenv's libpython and executable, Debian's
+    /// static python3.11) read by its tables alone says what the whole file
+    /// says: the same runtime, version, eval-loop ranges and segments.
+    #[test]
+    fn a_binary_read_by_its_tables_says_what_the_whole_file_says() {
+        let found = crate::installed();
+        if found.len() < 6 && std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
+            return;
+        }
+        let mut read = 0;
+        for (minor, python) in found {
+            let lib = python
+                .parent()
+                .and_then(Path::parent)
+                .map(|p| p.join(format!("lib/libpython3.{minor}.so.1.0")));
+            for path in std::iter::once(python).chain(lib.filter(|l| l.is_file())) {
+                let name = path.display().to_string();
+                let whole = std::fs::read(&path).expect("read the binary");
+                let file = File::open(&path).expect("open the binary");
+                let at = |off: u64| {
+                    let mut b = [0u8; 8];
+                    file.read_exact_at(&mut b, off).ok().map(|()| b)
+                };
+                let tables = tables_of(&file).expect("the tables");
+                let by_tables = PythonBinary::parse_with(&tables, &name, at);
+                let by_whole = PythonBinary::parse(&whole, &name);
+                assert_eq!(format!("{by_tables:?}"), format!("{by_whole:?}"), "{name}");
+                read += usize::from(by_whole.is_ok());
+            }
+        }
+        // Six pyenv libpythons and Debian's static python3.11; fails naming
+        // the cause where they are missing, unless skipped.
+        assert!(
+            read >= 7,
+            "{read} CPython binaries read; set FLAMEREC_SKIP_PYTHON_TESTS=1 where pyenv's 3.8-3.13 and /usr/bin/python3.11 cannot be installed"
+        );
     }
 
     #[test]
