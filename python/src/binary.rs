@@ -13,8 +13,8 @@ use goblin::container::Ctx;
 use goblin::elf::section_header::{SHT_NOBITS, SHT_PROGBITS};
 use goblin::elf::{program_header::PT_LOAD, Elf, SectionHeader};
 
-/// The largest binary read (its size is allocated, though only its tables
-/// are read into it).
+/// The largest binary read: its size is allocated (only its tables are
+/// read into it), or read whole where its tables are not enough.
 const MAX_BINARY: u64 = 1 << 30;
 
 /// Symbols and version of one CPython binary, as file virtual addresses.
@@ -76,6 +76,11 @@ impl PythonBinary {
             if let Ok(binary) = Self::parse_with(&tables, &name, at) {
                 return Ok(binary);
             }
+        }
+        let len = file.metadata().map_err(failed)?.len();
+        if len > MAX_BINARY {
+            let big = io::Error::new(io::ErrorKind::InvalidData, "larger than 1 GiB");
+            return Err(failed(big));
         }
         let data = std::fs::read(path).map_err(failed)?;
         Self::parse(&data, &name)
