@@ -33,6 +33,7 @@ fn perf_record(args: &[&str], out: &str, sample: Sample, fp: FramePointers) -> C
 
 /// Pipe-mode perf.data of cpu-mix in memory, and the wall time perf took.
 fn pipe_mode_bytes(args: &[&str]) -> (Vec<u8>, f64) {
+    let _running = workload();
     let started = Instant::now();
     let o = perf_record(args, "-", Sample::CpuMix, FramePointers::Yes)
         .output()
@@ -56,6 +57,7 @@ fn perf_pipe_mode_folds_straight_from_perf_and_saved_to_a_file() {
         return;
     }
     // Straight from perf's stdout into `flamerec fold -`.
+    let _running = workload();
     let mut perf = perf_record(&["-g"], "-", Sample::CpuMix, FramePointers::Yes)
         .stdout(Stdio::piped())
         .spawn()
@@ -113,6 +115,7 @@ fn perf_file_mode_compressed_with_dwarf_stacks_reads_from_a_path_or_a_pipe() {
     }
     let dir = tmp();
     let data = dir.path().join("z.data");
+    let _running = workload();
     let o = perf_record(
         &["-z", "--call-graph", "dwarf"],
         data.to_str().expect("utf-8 path"),
@@ -158,6 +161,7 @@ fn a_system_map_names_the_kernel_frames_of_a_kernel_that_moved() {
     }
     let dir = tmp();
     let data = dir.path().join("sys.data");
+    let _running = workload();
     let o = perf_record(
         &["-g"],
         data.to_str().expect("utf-8 path"),

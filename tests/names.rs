@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{compile_c, descendant, flamerec, stderr, tmp, wait_for};
+use crate::common::{compile_c, descendant, flamerec, stderr, tmp, wait_for, workload};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>
@@ -53,6 +53,7 @@ fn flamerec_at(home: &Path) -> Command {
 
 /// Records `cmd`; `None` when perf tests are skipped.
 fn record(home: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
+    let _running = workload();
     let o = flamerec_at(home)
         .args(["record", "-q", "-o"])
         .arg(out)
@@ -192,6 +193,7 @@ fn names_are_embedded_while_recording_so_a_program_deleted_midway_keeps_them() {
         .join(format!("{}.sym", build_id(&bin)));
     let out = dir.path().join("gone.frec");
     // The program runs until it is killed below.
+    let _running = workload();
     let mut rec = start_recording(&home, &out, &bin, "1000000000000");
     // The recorder hands new frames to its naming threads every 250 ms, and
     // a binary's thread writes the symbol cache as soon as it has read it:
@@ -267,6 +269,7 @@ fn a_recorder_killed_midway_leaves_a_file_that_folds_with_names_from_the_binarie
     let home = dir.path().join("home");
     let bin = compile(dir.path(), "names-killed");
     let out = dir.path().join("k.frec");
+    let _running = workload();
     let mut child = start_recording(&home, &out, &bin, "3000000");
     // Chunks reach the file at least once a second: wait for a few.
     let deadline = Instant::now() + Duration::from_secs(20);

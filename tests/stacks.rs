@@ -211,6 +211,8 @@ impl Drop for Workload {
 /// (a capture must never hang, whatever it is given).
 fn run(cmd: &mut Command) -> Output {
     use std::io::Read;
+    // Its events hold callchains: not beside a test that needs none open.
+    let _running = crate::common::workload();
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
