@@ -62,6 +62,22 @@ fn is_py(frame: &str, name: &str) -> bool {
         .is_some_and(|r| r.starts_with(" (") && r.ends_with("known.py)"))
 }
 
+/// The Python frames above a work function of known.py, outermost first.
+fn above_work() -> Vec<&'static str> {
+    let mut above = vec!["<module>", "main"];
+    above.extend(["descend"; 30]);
+    above
+}
+
+/// The functions of known.py's frames in `frames` before `leaf`.
+fn known_callers(frames: &[String], leaf: usize) -> Vec<&str> {
+    frames[..leaf]
+        .iter()
+        .filter(|f| f.ends_with("known.py)"))
+        .map(|f| f.split(" (").next().unwrap())
+        .collect()
+}
+
 /// What one recording of `known.py` shows, checked frame by frame: every
 /// stack holding one of the three work functions holds the Python frames
 /// above it in their order — all of them (`<module>`, `main`, 30 ×
@@ -84,8 +100,7 @@ fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
         cut_named: 0,
         worker_in_zlib: 0,
     };
-    let mut above = vec!["<module>", "main"];
-    above.extend(["descend"; 30]);
+    let above = above_work();
     for (frames, n) in stacks {
         s.samples += n;
         if frames.iter().any(|f| f.ends_with("known.py)")) {
@@ -107,11 +122,7 @@ fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
             continue;
         };
         let line = frames.join(";");
-        let callers: Vec<&str> = frames[..leaf]
-            .iter()
-            .filter(|f| f.ends_with("known.py)"))
-            .map(|f| f.split(" (").next().unwrap())
-            .collect();
+        let callers = known_callers(frames, leaf);
         let whole = frames.get(1).is_some_and(|f| f == "_start");
         if whole {
             assert_eq!(callers, above, "{what}: {line}");
@@ -187,8 +198,7 @@ fn the_interpreters_frames_are_kept_with_a_flag() {
     };
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    let mut above = vec!["<module>", "main"];
-    above.extend(["descend"; 30]);
+    let above = above_work();
     let (mut whole, mut with_eval) = (0, 0);
     for (frames, n) in fold(&out, &[]) {
         let Some(leaf) = frames.iter().position(|f| is_py(f, "py_alpha")) else {
@@ -197,12 +207,7 @@ fn the_interpreters_frames_are_kept_with_a_flag() {
         if frames.get(1).is_none_or(|f| f != "_start") {
             continue;
         }
-        let callers: Vec<&str> = frames[..leaf]
-            .iter()
-            .filter(|f| f.ends_with("known.py)"))
-            .map(|f| f.split(" (").next().unwrap())
-            .collect();
-        assert_eq!(callers, above, "{}", frames.join(";"));
+        assert_eq!(known_callers(&frames, leaf), above, "{}", frames.join(";"));
         whole += n;
         let first = frames
             .iter()

@@ -82,7 +82,8 @@ impl PythonBinary {
             let big = io::Error::new(io::ErrorKind::InvalidData, "larger than 1 GiB");
             return Err(failed(big));
         }
-        let data = std::fs::read(path).map_err(failed)?;
+        let mut data = Vec::with_capacity(len as usize);
+        io::Read::read_to_end(&mut &file, &mut data).map_err(failed)?;
         Self::parse(&data, &name)
     }
 
