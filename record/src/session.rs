@@ -238,7 +238,8 @@ impl Session {
 
         let start_mono = sys::monotonic_ns();
         let started = Instant::now();
-        // Python frames at the sample need BPF: as root. For a command,
+        // Python frames at the sample need BPF: root, or CAP_BPF with
+        // CAP_PERFMON (the kernel tells; see `BpfError::refused`). For a command,
         // attached before it starts: a process or thread it forks takes its
         // inherited event's program as that event has it then, so a program
         // attached later reaches no CPython forked before (`sh -c 'python3
@@ -246,7 +247,6 @@ impl Session {
         // Where they cannot be read, why: said if a CPython runs.
         let (python, python_unread) = match opts.python {
             PythonFrames::Off => (None, None),
-            _ if !sys::is_root() => (None, Some(crate::python::NEEDS_PRIVILEGE.to_string())),
             mode => {
                 let now = mode == PythonFrames::On || launch.is_some();
                 let command = launch.as_ref().map(|(_, program, _)| program.as_path());
