@@ -224,13 +224,17 @@ impl JitNames {
         }
     }
 
-    /// Leaves out of `frames` (a sample's user frames, leaf first, named)
+    /// Leaves out of `frames` (a sample of `pid`: its user frames, leaf first, named)
     /// the interpreter's own frames between two of CPython's perf
     /// trampolines, as the frame chain's splice leaves them out between two
     /// runs: `-X perf` without BPF reads like Python frames. Trampolines
     /// count once named (a perf map names them at the sample; a buffered
     /// jitdump only later, and those samples keep their frames).
-    pub(crate) fn leave_out_interpreter(&self, frames: &mut Vec<Frame>) {
+    pub(crate) fn leave_out_interpreter(&self, pid: u32, frames: &mut Vec<Frame>) {
+        // Nothing to look up in a process that mapped no CPython.
+        if !self.cpython.contains(&pid) {
+            return;
+        }
         let trampoline = |f: &Frame| {
             self.name_of(f.module)
                 .is_some_and(|n| n.starts_with(PY_PREFIX))

@@ -603,7 +603,7 @@ impl<W: io::Write> State<W> {
             _ => false,
         };
         if !spliced && !self.python_interpreter {
-            self.jit.leave_out_interpreter(&mut raw.user);
+            self.jit.leave_out_interpreter(raw.pid, &mut raw.user);
         }
         let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
