@@ -47,6 +47,9 @@ pub struct Mmap<'a> {
     pub path: &'a str,
     /// GNU build id, empty when unknown.
     pub build_id: &'a [u8],
+    /// Where the file is read when its path does not reach it from here
+    /// (its process's own view of its files; see the recorder's `files`).
+    pub read_from: Option<&'a str>,
     /// Mapped executable: its unwind tables are loaded for DWARF unwinding.
     pub exec: bool,
     /// When it was mapped, ns from the recording's start.
@@ -147,7 +150,8 @@ impl<W: io::Write> Converter<W> {
         }
         if m.exec {
             if let Some(u) = &mut self.unwinder {
-                u.add_mapping(m.pid, m.start, end, m.pgoff, m.path, m.build_id);
+                let file = m.read_from.unwrap_or(m.path);
+                u.add_mapping(m.pid, m.start, end, m.pgoff, file, m.build_id);
             }
         }
         self.writer.mapping(&Mapping {
@@ -368,6 +372,7 @@ mod tests {
             pgoff: 0x2000,
             path: "/usr/bin/true",
             build_id: &[0xab],
+            read_from: None,
             exec: true,
             time_ns: 5,
         });
@@ -386,6 +391,7 @@ mod tests {
             pgoff: 0x2000,
             path: "/usr/bin/true",
             build_id: &[0xab],
+            read_from: None,
             exec: true,
             time_ns: 6,
         });
@@ -433,6 +439,7 @@ mod tests {
             pgoff: 0,
             path: "/bin/x",
             build_id: &[],
+            read_from: None,
             exec: true,
             time_ns: 0,
         });

@@ -58,11 +58,17 @@ pub enum BinaryError {
 }
 
 impl PythonBinary {
-    /// Reads the binary at `path`.
     /// Reads the binary at `path`: its tables only (see [`tables_of`]),
     /// or the whole file where those are not enough to parse it.
     pub fn read(path: &Path) -> Result<PythonBinary, BinaryError> {
-        let name = path.display().to_string();
+        Self::read_named(path, &path.display().to_string())
+    }
+
+    /// [`PythonBinary::read`] of a binary read at `path` whose own name is
+    /// `name` (a mapping read through `/proc/PID/map_files` keeps the name
+    /// its process mapped, which tells the version of 3.8–3.10).
+    pub fn read_named(path: &Path, name: &str) -> Result<PythonBinary, BinaryError> {
+        let name = name.to_string();
         let failed = |source| BinaryError::Read {
             path: name.clone(),
             source,

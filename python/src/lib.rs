@@ -237,7 +237,7 @@ impl Interpreter {
         candidates.sort_by_key(|m| !m.path.contains("libpython"));
         for m in candidates {
             let path = Path::new(&m.path);
-            let binary = match PythonBinary::read(path) {
+            let binary = match read_mapped(pid, m) {
                 Ok(b) => b,
                 Err(BinaryError::NoRuntime(_) | BinaryError::NotElf(_)) => continue,
                 Err(e) => return Err(e.into()),
@@ -491,6 +491,23 @@ impl Walk {
             self.runs.push(run);
         }
     }
+}
+
+/// The CPython binary `pid` mapped as `m`, read as the process sees it:
+/// the mapping's own file where it can be opened, else the path under the
+/// process's root (a container's, a chroot's), else the path here.
+fn read_mapped(pid: u32, m: &flamerec_perf::procfs::ExecMap) -> Result<PythonBinary, BinaryError> {
+    use flamerec_perf::procfs::view;
+    let mapped = view::mapped_file(pid, m.start, m.end);
+    let own_root = view::under_root(pid, &m.path);
+    let mut last = None;
+    for path in [mapped.as_path(), own_root.as_path(), Path::new(&m.path)] {
+        match PythonBinary::read_named(path, &m.path) {
+            Err(e @ BinaryError::Read { .. }) => last = Some(e),
+            found => return found,
+        }
+    }
+    Err(last.unwrap_or_else(|| BinaryError::NotElf(m.path.clone())))
 }
 
 #[cfg(test)]

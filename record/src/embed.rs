@@ -15,8 +15,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flamerec_format::{write_names, FormatError, Frame, FrameId, Module, Writer};
-use flamerec_symbolize::{Embedding, NameOptions, Namer};
+use flamerec_format::{write_names, FormatError, Frame, FrameId, Module, ModuleId, Writer};
+use flamerec_symbolize::{Embedding, Located, NameOptions, Namer};
 
 use crate::{sys, NamesSummary};
 
@@ -26,6 +26,8 @@ const BATCH_EVERY: Duration = Duration::from_millis(250);
 /// Modules and frames new since the last batch (frame ids follow on).
 struct Batch {
     modules: Vec<Module>,
+    /// Where modules whose paths do not reach them are read.
+    located: Vec<(ModuleId, Located)>,
     first: FrameId,
     frames: Vec<Frame>,
 }
@@ -39,6 +41,8 @@ pub(crate) struct Names {
     modules_sent: usize,
     frames_sent: usize,
     last_batch: Instant,
+    /// Locations not sent yet.
+    located: Vec<(ModuleId, Located)>,
 }
 
 impl Names {
@@ -61,7 +65,14 @@ impl Names {
             modules_sent: 0,
             frames_sent: 0,
             last_batch: Instant::now(),
+            located: Vec::new(),
         })
+    }
+
+    /// Modules that are read elsewhere than at their paths (sent with the
+    /// next batch, before their frames).
+    pub(crate) fn locate(&mut self, located: Vec<(ModuleId, Located)>) {
+        self.located.extend(located);
     }
 
     /// Hands the frames new in `writer` to the namer, at most every
@@ -81,6 +92,7 @@ impl Names {
         let modules = writer.modules_from(self.modules_sent);
         let batch = Batch {
             modules: modules.to_vec(),
+            located: std::mem::take(&mut self.located),
             first: self.frames_sent as FrameId,
             frames: frames.to_vec(),
         };
@@ -148,7 +160,11 @@ fn name_batches(opts: &NameOptions, rx: &Receiver<Batch>, lower: bool) -> Embedd
     while let Ok(mut batch) = rx.recv() {
         while let Ok(more) = rx.try_recv() {
             batch.modules.extend(more.modules);
+            batch.located.extend(more.located);
             batch.frames.extend(more.frames);
+        }
+        for (module, at) in batch.located {
+            namer.locate(module, at);
         }
         namer.add(&batch.modules, batch.first, &batch.frames);
     }

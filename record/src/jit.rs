@@ -22,10 +22,11 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::ops::Range;
-use std::path::Path;
+use std::path::PathBuf;
 
 use flamerec_format::{Frame, FrameId, JitFrames, Module, ModuleId, ModuleKind, Writer};
 use flamerec_jit::{Clock, JitDump, PerfMap, Rules};
+use flamerec_perf::procfs::view;
 use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
 
 /// The largest perf map read.
@@ -77,6 +78,24 @@ pub(crate) struct JitNames {
     warnings: Vec<String>,
 }
 
+/// Where `pid`'s runtime writes its perf map: `perf-N.map` in its own
+/// `/tmp`, N its pid in its own pid namespace (a container's runtime knows
+/// no other).
+fn perf_map_path(pid: u32) -> PathBuf {
+    let ns_pid = view::ns_pid(pid).unwrap_or(pid);
+    as_seen_by(pid, &format!("/tmp/perf-{ns_pid}.map"))
+}
+
+/// A path `pid` named (a jitdump it mapped, its perf map), reached from
+/// here: under its own root when it sees other files than ours.
+fn as_seen_by(pid: u32, path: &str) -> PathBuf {
+    if view::shares_our_files(pid) == Some(false) {
+        view::under_root(pid, path)
+    } else {
+        PathBuf::from(path)
+    }
+}
+
 /// The most (process, address) pairs kept for the setup advice.
 const MAX_UNNAMED: usize = 1 << 16;
 
@@ -96,7 +115,8 @@ impl JitNames {
         }
         if is_jitdump(path) {
             let Some(s) = self.follow(pid) else { return };
-            if !s.dumps.iter().any(|(d, _)| d.path() == Path::new(path)) {
+            let path = as_seen_by(pid, path);
+            if !s.dumps.iter().any(|(d, _)| d.path() == path) {
                 let rules = Rules {
                     max_len: MAX_DUMP,
                     ..s.rules
@@ -122,7 +142,7 @@ impl JitNames {
         if self.procs.contains_key(&pid) || self.unreadable.contains(&pid) {
             return;
         }
-        if std::fs::symlink_metadata(format!("/tmp/perf-{pid}.map")).is_ok() {
+        if std::fs::symlink_metadata(perf_map_path(pid)).is_ok() {
             self.follow(pid);
             self.poll_pid(pid, now, u);
         } else {
@@ -157,7 +177,7 @@ impl JitNames {
             self.procs.insert(
                 pid,
                 Sources {
-                    map: PerfMap::for_pid(pid, rules),
+                    map: PerfMap::new(perf_map_path(pid), rules),
                     map_done: 0,
                     dumps: Vec::new(),
                     rules,
@@ -562,6 +582,7 @@ fn is_jitdump(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// A followed process whose map holds `lines`, read as it ended.
     fn with_map(names: &mut JitNames, dir: &Path, pid: u32, lines: &str) {

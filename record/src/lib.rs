@@ -16,6 +16,7 @@ mod deep;
 mod defer;
 mod depth;
 mod embed;
+mod files;
 mod jit;
 mod kernel;
 mod launch;

@@ -411,6 +411,7 @@ impl Session {
             }
             st.losses().phase_done(Phase::Drain);
             if let Some(n) = names {
+                n.locate(st.take_located());
                 n.offer(st.writer());
                 st.losses().phase_done(Phase::Names);
             }
@@ -529,6 +530,7 @@ impl Session {
             loss_warning,
             python,
             jit_names,
+            files: (held_files, located),
         } = st.finish(duration.as_nanos() as u64);
         let mut own_names = Vec::new();
         if let Some(py) = python {
@@ -544,7 +546,10 @@ impl Session {
         let samples = writer.samples();
         // The last frames are named while the trailer is written; the
         // names follow it.
-        let pending = names.map(|n| n.last_batch(&writer));
+        let pending = names.map(|mut n| {
+            n.locate(located);
+            n.last_batch(&writer)
+        });
         let counts = totals.clone();
         let mut out = writer.finish(totals).map_err(out_err)?;
         let names = match pending.map(Pending::wait) {
@@ -566,6 +571,8 @@ impl Session {
             }
         };
         out.close().map_err(|e| out_err(e.into()))?;
+        // The namer read the held files until here.
+        drop(held_files);
         let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
         if let (None, Some(p)) = (exit, pid) {
             if signals_seen < 2 {

@@ -19,17 +19,20 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::io;
+use std::ops::Range;
 
 use flamerec_convert::{Converter, Mmap};
-use flamerec_format::{Frame, Sample, Totals, Writer};
+use flamerec_format::{Frame, Module as FileModule, ModuleId, Sample, Totals, Writer};
 use flamerec_perf::parse::{words, Layout, PerfRecord, SampleRecord};
 use flamerec_symbolize::kallsyms::Kallsyms;
 use flamerec_symbolize::live::vdso_image;
+use flamerec_symbolize::Located;
 use flamerec_unwind::callchain::{self, Side};
 use flamerec_unwind::{Cut, Outcome, StackUnwinder, UserRegs};
 
 use crate::deep::{LiveStacks, Pending, Settled, Unwound, UserStack};
 use crate::defer::{self, Deferred};
+use crate::files::ProcessFiles;
 use crate::jit::JitNames;
 use crate::kernel::{KernelFrames, TrimRules};
 use crate::loss::Losses;
@@ -99,6 +102,9 @@ pub(crate) struct Finished<W: io::Write> {
     pub python: Option<PythonEnd>,
     /// The names of the JIT frames, for the names section (ascending ids).
     pub jit_names: Vec<(u32, Vec<String>)>,
+    /// The files held for the namer (kept open until the names are
+    /// written), and where the modules it was not told of yet are read.
+    pub files: (ProcessFiles, Vec<(ModuleId, Located)>),
 }
 
 /// Everything the loop keeps between rounds.
@@ -133,6 +139,10 @@ pub(crate) struct State<W: io::Write> {
     py_ring: Option<flamerec_bpf::RingBuffer>,
     /// JIT code: followed perf maps and jitdumps, and the names they give.
     jit: JitNames,
+    /// Each process's mapped files, reached as it sees them.
+    files: ProcessFiles,
+    /// Modules read elsewhere than at their paths, not yet told the namer.
+    located: Vec<(ModuleId, Located)>,
 }
 
 impl<W: io::Write> State<W> {
@@ -160,6 +170,8 @@ impl<W: io::Write> State<W> {
             python_interpreter: c.python_interpreter,
             py_ring,
             jit: JitNames::default(),
+            files: ProcessFiles::default(),
+            located: Vec::new(),
         }
     }
 
@@ -205,22 +217,66 @@ impl<W: io::Write> State<W> {
 
     /// An executable mapping learned from /proc/PID/maps.
     pub(crate) fn synth_mapping(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str) {
+        self.exec_mapping(pid, start..end, pgoff, path, &[], 0);
+    }
+
+    /// An executable mapping (a record, or a line of /proc/PID/maps): its
+    /// file reached as its process sees it (see `files`), then recorded,
+    /// and the CPython and JIT followers told.
+    fn exec_mapping(
+        &mut self,
+        pid: u32,
+        range: Range<u64>,
+        pgoff: u64,
+        path: &str,
+        build_id: &[u8],
+        time_ns: u64,
+    ) {
+        let reached = self
+            .files
+            .reach(pid, range.start, range.end, path, build_id);
+        let build_id = match &reached {
+            Some(r) if build_id.is_empty() => &r.build_id[..],
+            _ => build_id,
+        };
+        let read_from = reached.as_ref().and_then(|r| r.at.file.to_str());
         self.conv.mmap(&Mmap {
             pid,
-            start,
-            len: end.saturating_sub(start),
+            start: range.start,
+            len: range.end.saturating_sub(range.start),
             pgoff,
             path,
-            build_id: &[],
+            build_id,
+            read_from,
             exec: true,
-            time_ns: 0,
+            time_ns,
         });
+        if let Some(r) = &reached {
+            let module = self
+                .conv
+                .writer_mut()
+                .module(&FileModule::mapped(path, build_id));
+            self.located.push((module, r.at.clone()));
+        }
         if let Some(p) = &mut self.python {
             p.mapped(pid, path, &self.conv);
+        } else if let Some((_, seen)) = &mut self.python_unread {
+            if flamerec_python::is_cpython_binary(path) && seen.len() < 8 {
+                seen.insert(path.rsplit('/').next().unwrap_or(path).to_string());
+            }
         }
-        let now = sys::monotonic_ns();
-        self.jit
-            .mapping(pid, path, start..end, now, self.conv.unwinder_mut());
+        self.jit.mapping(
+            pid,
+            path,
+            range,
+            sys::monotonic_ns(),
+            self.conv.unwinder_mut(),
+        );
+    }
+
+    /// Where the modules new since the last call are read, for the namer.
+    pub(crate) fn take_located(&mut self) -> Vec<(ModuleId, Located)> {
+        std::mem::take(&mut self.located)
     }
 
     /// One drain round: the records of every ring, in time order (see
@@ -290,29 +346,14 @@ impl<W: io::Write> State<W> {
             } => {
                 // The recorder asks for executable mappings only.
                 let time_ns = self.rel(time);
-                self.conv.mmap(&Mmap {
+                let range = addr..addr.saturating_add(len);
+                self.exec_mapping(
                     pid,
-                    start: addr,
-                    len,
+                    range,
                     pgoff,
-                    path: filename,
-                    build_id: build_id.unwrap_or(&[]),
-                    exec: true,
-                    time_ns,
-                });
-                if let Some(p) = &mut self.python {
-                    p.mapped(pid, filename, &self.conv);
-                } else if let Some((_, seen)) = &mut self.python_unread {
-                    if flamerec_python::is_cpython_binary(filename) && seen.len() < 8 {
-                        seen.insert(filename.rsplit('/').next().unwrap_or(filename).to_string());
-                    }
-                }
-                self.jit.mapping(
-                    pid,
                     filename,
-                    addr..addr.saturating_add(len),
-                    sys::monotonic_ns(),
-                    self.conv.unwinder_mut(),
+                    build_id.unwrap_or(&[]),
+                    time_ns,
                 );
             }
             PerfRecord::Comm {
@@ -733,7 +774,18 @@ impl<W: io::Write> State<W> {
                 seen.join(", ")
             ));
         }
+        if self.files.unreached > 0 {
+            warnings.push(format!(
+                "{} mapped files were not the files at their paths here (a process in a \
+                 container, a chroot or a mount namespace of its own, or a file replaced since) \
+                 and could not be opened as the process saw them (it had exited, or the \
+                 recorder lacks CAP_SYS_ADMIN): their frames are named from the files at their \
+                 paths only where the build ids match",
+                self.files.unreached
+            ));
+        }
         Finished {
+            files: (std::mem::take(&mut self.files), self.take_located()),
             python: self.python.take().map(Python::finish),
             loss_warning: self.losses.warning(samples),
             writer: self.conv.into_writer(),

@@ -137,7 +137,7 @@ fn names_of(m: &Module, offsets: &[u64], ctx: &Context<'_>) -> (AddressTable, Op
         return (names.table, None);
     }
     let prefetch = |path: &Path| ctx.prefetch.take(path);
-    let looked_up = with_binary(m, dirs, names.want_dwarf(), prefetch, |binary| {
+    let looked_up = with_binary(m, None, dirs, names.want_dwarf(), prefetch, |binary| {
         let missing = if names.opened(binary) {
             offsets.to_vec()
         } else {

@@ -70,6 +70,27 @@ pub use engine::{reads_binaries, symbolize};
 pub use kernel::kallsyms;
 pub use resident::Namer;
 
+/// Where a module's binary is read when its recorded path does not reach
+/// it from here: its process ran in a container, a chroot or a mount
+/// namespace of its own, or the file at that path was replaced since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// A path that reaches the binary itself (`/proc/self/fd/N` of a file
+    /// the recorder holds open, so it stays readable after its process).
+    pub file: PathBuf,
+    /// The root the process's own paths are under (a held descriptor's
+    /// path too): its separate debug files are looked for there first.
+    pub root: Option<PathBuf>,
+}
+
+/// The GNU build id of the ELF file at `path`; `None` when it is not a
+/// readable ELF file or has none.
+pub fn build_id_of(path: &std::path::Path) -> Option<Vec<u8>> {
+    let file = elf::read_elf(path).ok()?;
+    let obj = elf::Object::parse(&file.data)?;
+    obj.build_id().map(<[u8]>::to_vec)
+}
+
 /// Index into [`Symbols::functions`].
 pub type FuncId = u32;
 

@@ -19,6 +19,7 @@ use crate::elf::sections::Reader;
 use crate::elf::{self, debugfile};
 use crate::symdata::Binary;
 use crate::types::Unusable;
+use crate::Located;
 
 /// One binary's names as they grow.
 pub(crate) struct ModuleNames<'a> {
@@ -134,6 +135,11 @@ pub(crate) fn cache_write_failed(e: &std::io::Error) -> String {
     format!("cannot write the symbol cache: {e}")
 }
 
+/// `path` (absolute) as seen under `root`.
+fn rerooted(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
 fn debug_file_installed(dirs: &[PathBuf], build_id: &[u8]) -> bool {
     dirs.iter()
         .any(|d| debugfile::build_id_path(d, build_id).is_some_and(|p| p.is_file()))
@@ -141,16 +147,19 @@ fn debug_file_installed(dirs: &[PathBuf], build_id: &[u8]) -> bool {
 
 /// Opens the binary of `m` (checked against its recorded build id, with a
 /// separate debug file from `dirs` when it has no DWARF itself, its DWARF
-/// maybe inflated ahead by `prefetch`) and runs `f` on it.
+/// maybe inflated ahead by `prefetch`) and runs `f` on it. `at` says where
+/// the binary and its process's own debug files are read when its recorded
+/// path does not reach them from here.
 pub(crate) fn with_binary<R>(
     m: &Module,
+    at: Option<&Located>,
     dirs: &[PathBuf],
     want_dwarf: bool,
     prefetch: impl FnOnce(&Path) -> Option<Reader<'static>>,
     f: impl FnOnce(&Binary<'_, '_>) -> R,
 ) -> Result<R, Unusable> {
     let path = Path::new(&m.path);
-    let bin = elf::read_elf(path)?;
+    let bin = elf::read_elf(at.map_or(path, |a| &a.file))?;
     let obj = elf::Object::parse(&bin.data).ok_or(Unusable::NotElf)?;
     if !elf::build_id_matches(&obj, &m.build_id) {
         return Err(Unusable::BuildIdMismatch);
@@ -165,7 +174,18 @@ pub(crate) fn with_binary<R>(
         } else {
             &m.build_id
         };
-        debugfile::find(path, &obj, id, dirs)
+        let root = at.and_then(|a| a.root.as_deref());
+        let found = |root: Option<&Path>| {
+            let dirs: Vec<PathBuf> = match root {
+                Some(r) => dirs.iter().map(|d| rerooted(r, d)).collect(),
+                None => dirs.to_vec(),
+            };
+            let seen_as = root.map_or_else(|| path.to_path_buf(), |r| rerooted(r, path));
+            debugfile::find(&seen_as, &bin.path, &obj, id, &dirs)
+        };
+        // The process's own debug files first, then the host's (by build
+        // id, the same build wherever it is installed).
+        root.and_then(|r| found(Some(r))).or_else(|| found(None))
     };
     let debug_obj = debug_file
         .as_ref()

@@ -21,7 +21,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::cache::{AddressTable, SymbolCache};
 use crate::lookup::{cache_write_failed, with_binary, ModuleNames};
 use crate::types::RawName;
-use crate::{Embedding, NameOptions};
+use crate::{Embedding, Located, NameOptions};
 
 /// Most binaries kept open at once (each holds its symbol table and the
 /// DWARF read so far, and a thread).
@@ -32,6 +32,8 @@ const MAX_OPEN: usize = 16;
 pub struct Namer {
     opts: NameOptions,
     modules: Vec<Module>,
+    /// Where modules whose recorded path does not reach them are read.
+    located: FxHashMap<ModuleId, Located>,
     open: FxHashMap<ModuleId, Resident>,
     /// Modules whose binary cannot be used (missing, unreadable, another build).
     unusable: FxHashSet<ModuleId>,
@@ -67,6 +69,7 @@ impl Namer {
                 ..opts.clone()
             },
             modules: Vec::new(),
+            located: FxHashMap::default(),
             open: FxHashMap::default(),
             unusable: FxHashSet::default(),
             calls: 0,
@@ -125,6 +128,12 @@ impl Namer {
         }
     }
 
+    /// Module `module`'s binary is read as `at` says, not at its recorded
+    /// path (told before its frames are added).
+    pub fn locate(&mut self, module: ModuleId, at: Located) {
+        self.located.insert(module, at);
+    }
+
     /// Closes every binary (writing the symbol cache) and returns the names.
     pub fn finish(mut self) -> Embedding {
         // Every thread is told first, so they write the cache at once.
@@ -143,7 +152,8 @@ impl Namer {
             let Some(m) = self.modules.get(module as usize).cloned() else {
                 return false;
             };
-            match Resident::start(m, &self.opts) {
+            let at = self.located.get(&module).cloned();
+            match Resident::start(m, at, &self.opts) {
                 Some(r) => self.open.insert(module, r),
                 None => return false,
             };
@@ -181,13 +191,13 @@ impl Namer {
 }
 
 impl Resident {
-    fn start(m: Module, opts: &NameOptions) -> Option<Self> {
+    fn start(m: Module, at: Option<Located>, opts: &NameOptions) -> Option<Self> {
         let (ask, asked) = mpsc::channel();
         let (answer, answers) = mpsc::channel();
         let opts = opts.clone();
         let thread = std::thread::Builder::new()
             .name("flamerec-names".into())
-            .spawn(move || serve(&m, &opts, asked, &answer))
+            .spawn(move || serve(&m, at.as_ref(), &opts, asked, &answer))
             .ok()?;
         Some(Resident {
             ask,
@@ -203,6 +213,7 @@ impl Resident {
 /// until the batches end. Returns the warning of a failed cache write.
 fn serve(
     m: &Module,
+    at: Option<&Located>,
     opts: &NameOptions,
     asked: Receiver<Vec<(FrameId, u64)>>,
     answer: &Sender<Answer>,
@@ -228,6 +239,7 @@ fn serve(
     let mut saver = Saver::default();
     let opened = with_binary(
         m,
+        at,
         dirs,
         true,
         |_| None,

@@ -236,8 +236,11 @@ impl StackUnwinder {
         self.files.insert((name.to_string(), Vec::new()), s);
     }
 
-    /// An executable mapping of `pid`: `path` (a file, or a name given to
-    /// [`StackUnwinder::add_image`]) mapped at `start..end` from file offset `pgoff`.
+    /// An executable mapping of `pid`: `path` (where its file is read —
+    /// the mapped path, or one that reaches the file from here when the
+    /// process sees other files — or a name given to
+    /// [`StackUnwinder::add_image`]) mapped at `start..end` from file offset
+    /// `pgoff`.
     pub fn add_mapping(
         &mut self,
         pid: u32,

@@ -246,6 +246,7 @@ impl Importer {
             pgoff: m.pgoff,
             path: &path,
             build_id: &build_id,
+            read_from: None,
             exec: m.exec,
             time_ns,
         });

@@ -4,7 +4,8 @@
 //! (`stat`, `comm`), whether and where it blocks (`syscall`: user stack
 //! pointer and program counter), its kernel stack (`stack`), whether it ran
 //! meanwhile (`schedstat`); a process's mappings (`maps`) and the CPUs
-//! (`cpus`).
+//! (`cpus`); a process's own view of its files, its pid namespace and its
+//! cgroup (`view`).
 //!
 //! Parsing is separate from reading so that every format is tested on text.
 //! This module only reads files; it never touches a process's memory.
@@ -14,6 +15,7 @@ use std::io;
 
 mod cpus;
 mod maps;
+pub mod view;
 
 pub use cpus::{online_cpus, parse_cpu_list};
 pub use maps::{exec_maps, parse_maps, ExecMap, Mappings};

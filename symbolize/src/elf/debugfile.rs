@@ -30,11 +30,14 @@ pub(crate) fn build_id_path(dir: &Path, build_id: &[u8]) -> Option<PathBuf> {
     )
 }
 
-/// Finds and reads the debug file of the binary at `binary_path`, whose
-/// parsed object is `obj` and whose build id is `build_id` (may be empty).
-/// Returns the file as read; the caller parses it again to borrow from it.
+/// Finds and reads the debug file of the binary at `binary_path` (as its
+/// process saw it: its debug link is looked for beside it), read from
+/// `opened`, whose parsed object is `obj` and whose build id is `build_id`
+/// (may be empty). Returns the file as read; the caller parses it again to
+/// borrow from it.
 pub(crate) fn find(
     binary_path: &Path,
+    opened: &Path,
     obj: &Object<'_>,
     build_id: &[u8],
     debug_dirs: &[PathBuf],
@@ -43,7 +46,7 @@ pub(crate) fn find(
         let Some(path) = build_id_path(dir, build_id) else {
             break;
         };
-        if let Some(data) = usable(&path, binary_path, build_id, None) {
+        if let Some(data) = usable(&path, opened, build_id, None) {
             return Some(data);
         }
     }
@@ -60,10 +63,11 @@ pub(crate) fn find(
     }
     candidates
         .iter()
-        .find_map(|c| usable(c, binary_path, build_id, Some(crc)))
+        .find_map(|c| usable(c, opened, build_id, Some(crc)))
 }
 
-/// Reads `path` when it is another file than the binary, parses as ELF, and
+/// Reads `path` when it is another file than the binary (read from
+/// `binary_path`), parses as ELF, and
 /// is the same build: matching build id, or, without one, matching CRC.
 fn usable(path: &Path, binary_path: &Path, build_id: &[u8], crc: Option<u32>) -> Option<ElfFile> {
     if same_file(path, binary_path) {
@@ -80,9 +84,12 @@ fn usable(path: &Path, binary_path: &Path, build_id: &[u8], crc: Option<u32>) ->
     (same_build && (obj.has_debug_info() || obj.has_symbols())).then_some(file)
 }
 
+/// The same file by device and inode (a binary read through a descriptor
+/// path or another root has no canonical path here to compare).
 fn same_file(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }
 }

@@ -1,0 +1,249 @@
+//! A process as it sees itself: the files it mapped, reached through its
+//! own root (a container, a chroot, a mount namespace of its own sees other
+//! files at the same paths than the host), its pid in its own pid
+//! namespace (`NSpid`, the number its runtime writes in `perf-PID.map`),
+//! and its cgroup with the container a runtime's cgroup name gives.
+//!
+//! Parsing is separate from reading; this module reads /proc only.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The path that reaches the file `pid` has mapped at `start..end`
+/// exactly, even when it was replaced or deleted since, or lies in another
+/// mount namespace (`/proc/PID/map_files`; opening it takes
+/// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE).
+pub fn mapped_file(pid: u32, start: u64, end: u64) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+}
+
+/// `path` as process `pid` sees it: under its own root (`/proc/PID/root`).
+/// `path` must be absolute; a relative one is taken from that root too.
+pub fn under_root(pid: u32, path: &str) -> PathBuf {
+    let rel = path.trim_start_matches('/');
+    PathBuf::from(format!("/proc/{pid}/root")).join(rel)
+}
+
+/// Whether process `pid` sees the same files as this one at the same
+/// paths: the same mount namespace and the same root directory. `None`
+/// when that cannot be read (the process is gone, or not ours to look at).
+pub fn shares_our_files(pid: u32) -> Option<bool> {
+    let ns = |p: &str| fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    let same_ns = ns(&format!("/proc/{pid}/ns/mnt"))? == ns("/proc/self/ns/mnt")?;
+    let same_root = ns(&format!("/proc/{pid}/root"))? == ns("/proc/self/root")?;
+    Some(same_ns && same_root)
+}
+
+/// Whether `a` and `b` name the same file (device and inode), following
+/// links (a `map_files` entry, a path under a process's root).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (fs::metadata(a), fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// The pid `pid` has in its own (innermost) pid namespace: the last number
+/// of the `NSpid:` line of its status file (the same pid on the host).
+pub fn ns_pid(pid: u32) -> io::Result<u32> {
+    let text = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_ns_pid(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("no NSpid line in /proc/{pid}/status"),
+        )
+    })
+}
+
+/// The innermost pid of a status file's `NSpid:` line.
+pub fn parse_ns_pid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_ascii_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// The cgroup (v2, the unified hierarchy) process `pid` is in, as a path
+/// from the hierarchy's root (`/system.slice/docker-ID.scope`).
+pub fn cgroup_of(pid: u32) -> io::Result<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    parse_cgroup(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("no cgroup v2 line in /proc/{pid}/cgroup"),
+        )
+    })
+}
+
+/// The v2 path of a cgroup file (`0::PATH`; on a hybrid tree beside v1
+/// lines, which are left out).
+pub fn parse_cgroup(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim_end().to_string())
+}
+
+/// The container runtimes whose cgroup names give a container id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    /// Docker (`docker-ID.scope`, `/docker/ID`).
+    Docker,
+    /// podman and libpod (`libpod-ID.scope`, `libpod-ID`).
+    Podman,
+    /// containerd's CRI plugin, as Kubernetes runs it (`cri-containerd-ID.scope`).
+    Containerd,
+    /// CRI-O (`crio-ID.scope`).
+    CriO,
+}
+
+impl Runtime {
+    /// Its short name, as recordings and labels spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Docker => "docker",
+            Runtime::Podman => "podman",
+            Runtime::Containerd => "containerd",
+            Runtime::CriO => "cri-o",
+        }
+    }
+
+    /// The runtime a short name names.
+    pub fn from_name(name: &str) -> Option<Runtime> {
+        [
+            Runtime::Docker,
+            Runtime::Podman,
+            Runtime::Containerd,
+            Runtime::CriO,
+        ]
+        .into_iter()
+        .find(|r| r.name() == name)
+    }
+}
+
+/// A container, as its cgroup names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Container {
+    /// Who runs it.
+    pub runtime: Runtime,
+    /// Its id: 64 lowercase hex digits.
+    pub id: String,
+}
+
+/// The container a cgroup path names: the innermost component that is a
+/// runtime's name for one (`docker-ID.scope`, `libpod-ID`,
+/// `cri-containerd-ID.scope`, `crio-ID.scope`, or `ID` under a `docker`
+/// component), its id 64 hex digits. `None` for any other cgroup (the
+/// host's, a systemd service, a pod's own cgroup, podman's `conmon`).
+pub fn container_of(cgroup: &str) -> Option<Container> {
+    let parts: Vec<&str> = cgroup.split('/').filter(|p| !p.is_empty()).collect();
+    parts.iter().enumerate().rev().find_map(|(i, part)| {
+        let part: &str = part.strip_suffix(".scope").unwrap_or(part);
+        let prefixed = [
+            ("docker-", Runtime::Docker),
+            ("libpod-", Runtime::Podman),
+            ("cri-containerd-", Runtime::Containerd),
+            ("crio-", Runtime::CriO),
+        ]
+        .into_iter()
+        .find_map(|(prefix, runtime)| Some((runtime, part.strip_prefix(prefix)?)));
+        let (runtime, id) = match prefixed {
+            Some(found) => found,
+            None if i > 0 && parts[i - 1] == "docker" => (Runtime::Docker, part),
+            None => return None,
+        };
+        is_container_id(id).then(|| Container {
+            runtime,
+            id: id.to_string(),
+        })
+    })
+}
+
+fn is_container_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "4f1c1f8f0b1e9c2f53b0e5c6f36b3f0b1d2e3f4a5b6c7d8e9f00112233445566";
+
+    #[test]
+    fn ns_pid_is_the_innermost() {
+        let status = "Name:\tctrspin\nTgid:\t4242\nNSpid:\t4242\t7\t1\nPPid:\t1\n";
+        assert_eq!(parse_ns_pid(status), Some(1));
+        assert_eq!(parse_ns_pid("NSpid:\t99\n"), Some(99));
+        assert_eq!(parse_ns_pid("Name:\tx\n"), None);
+        assert_eq!(parse_ns_pid("NSpid:\t\n"), None);
+    }
+
+    #[test]
+    fn cgroup_v2_line_of_a_hybrid_tree() {
+        let hybrid = "12:pids:/user.slice\n1:name=systemd:/user.slice/x.scope\n\
+                      0::/libpod_parent/libpod-abc\n";
+        assert_eq!(
+            parse_cgroup(hybrid).as_deref(),
+            Some("/libpod_parent/libpod-abc")
+        );
+        assert_eq!(parse_cgroup("0::/\n").as_deref(), Some("/"));
+        assert_eq!(parse_cgroup("3:cpu:/a\n"), None);
+    }
+
+    #[test]
+    fn containers_by_their_runtimes_cgroup_names() {
+        let cases = [
+            (format!("/system.slice/docker-{ID}.scope"), Runtime::Docker),
+            (format!("/docker/{ID}"), Runtime::Docker),
+            (format!("/libpod_parent/libpod-{ID}"), Runtime::Podman),
+            (
+                format!("/machine.slice/libpod-{ID}.scope/container"),
+                Runtime::Podman,
+            ),
+            (
+                format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-{ID}.scope"),
+                Runtime::Containerd,
+            ),
+            (format!("/kubepods.slice/crio-{ID}.scope"), Runtime::CriO),
+        ];
+        for (cgroup, runtime) in cases {
+            let c = container_of(&cgroup).unwrap_or_else(|| panic!("{cgroup}"));
+            assert_eq!((c.runtime, c.id.as_str()), (runtime, ID), "{cgroup}");
+            assert_eq!(Runtime::from_name(runtime.name()), Some(runtime));
+        }
+        for host in [
+            "/",
+            "/user.slice/user-0.slice/session-3.scope",
+            "/system.slice/sshd.service",
+            "/libpod_parent/conmon",
+            "/system.slice/docker-1234.scope",
+            &format!("/system.slice/docker-{}.scope", ID.to_uppercase()),
+            &format!("/{ID}"),
+        ] {
+            assert_eq!(container_of(host), None, "{host}");
+        }
+    }
+
+    #[test]
+    fn this_process_sees_its_own_files() {
+        let me = std::process::id();
+        assert_eq!(shares_our_files(me), Some(true));
+        assert_eq!(shares_our_files(u32::MAX), None);
+        assert_eq!(ns_pid(me).unwrap(), me);
+        assert!(cgroup_of(me).is_ok_and(|c| c.starts_with('/')));
+        assert_eq!(
+            under_root(me, "/proc/self/exe"),
+            PathBuf::from(format!("/proc/{me}/root/proc/self/exe"))
+        );
+        let exe = std::env::current_exe().unwrap();
+        assert!(same_file(&under_root(me, exe.to_str().unwrap()), &exe));
+        assert!(!same_file(&exe, Path::new("/")));
+    }
+}
