@@ -15,6 +15,10 @@ use crate::export::Kept;
 use crate::FoldOptions;
 use flamerec_symbolize::names::UNKNOWN;
 
+/// Between the frames of a root that is more than one frame (the
+/// container above the thread's name).
+pub(crate) const ROOT_FRAMES: char = '\u{1f}';
+
 /// Index into [`Aggregate::names`].
 pub(crate) type NameId = u32;
 
@@ -80,6 +84,8 @@ pub(crate) struct Aggregator<'o> {
     name_ids: HashMap<String, NameId>,
     /// Current name of each thread, by tid.
     comms: HashMap<u32, NameId>,
+    /// Each identified process's container label (`--container`).
+    containers: HashMap<u32, String>,
     /// What a thread's samples count under. Cleared whenever a name
     /// changes, so a sample costs one lookup.
     cache: HashMap<(u32, u32), Slot>,
@@ -105,6 +111,7 @@ impl<'o> Aggregator<'o> {
             },
             name_ids: HashMap::default(),
             comms: HashMap::default(),
+            containers: HashMap::default(),
             cache: HashMap::default(),
             last: None,
         }
@@ -138,6 +145,16 @@ impl<'o> Aggregator<'o> {
                     }
                     self.cache.remove(&(pid, tid));
                     self.last = None;
+                }
+                Event::Identity(id) => {
+                    if let Some(kept) = &mut self.agg.kept {
+                        kept.identity(&id);
+                    }
+                    if self.opts.container {
+                        self.containers.insert(id.pid, id.container_label());
+                        self.cache.clear();
+                        self.last = None;
+                    }
                 }
                 Event::Lost { count, .. } => self.agg.lost = self.agg.lost.saturating_add(count),
                 _ => {}
@@ -211,11 +228,16 @@ impl<'o> Aggregator<'o> {
         {
             return None;
         }
-        let root = match self.mode {
+        let mut root = match self.mode {
             RootMode::Comm => name(thread).to_string(),
             RootMode::Process => format!("{}-{pid}", name(process)),
             RootMode::Thread => format!("{}-{pid}/{tid}", name(thread)),
         };
+        if o.container {
+            // A frame of its own above the root (each sanitized alone).
+            let label = self.containers.get(&pid).map_or("unknown", String::as_str);
+            root = format!("{label}{ROOT_FRAMES}{root}");
+        }
         let proc_name = name(process).to_string();
         let thread_name = self.agg.kept.is_some().then(|| name(thread).to_string());
         let root = self.intern(&root);

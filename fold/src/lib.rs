@@ -57,6 +57,10 @@ pub struct FoldOptions {
     pub per_process: bool,
     /// Root frame `comm-PID/TID` (the thread's name); wins over `per_process`.
     pub per_thread: bool,
+    /// Each sample's container as its outermost frame, above the root:
+    /// `podman:0123456789ab` (runtime, the id's first 12 digits), `host`,
+    /// or `unknown` for a process the recording did not identify.
+    pub container: bool,
     /// Keep only samples of these processes (empty: all).
     pub pids: Vec<u32>,
     /// Keep only samples of these threads (empty: all).
@@ -90,6 +94,7 @@ impl Default for FoldOptions {
         FoldOptions {
             per_process: false,
             per_thread: false,
+            container: false,
             pids: Vec::new(),
             tids: Vec::new(),
             comms: Vec::new(),

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use flamerec_format::{Damage, Metadata, StackId, Tables, Totals};
 
-use crate::aggregate::{Aggregate, NameId};
+use crate::aggregate::{Aggregate, NameId, ROOT_FRAMES};
 use crate::export::Timeline;
 use crate::lines::{self, Line, Stacks};
 use crate::progress::{FoldProgress, Phase};
@@ -124,7 +124,14 @@ pub(crate) fn build(
     // Same stack next to each other, so its frames are expanded once.
     entries.sort_unstable_by_key(|&((root, stack), _)| (stack, root));
 
-    let root_names: Vec<String> = agg.names.iter().map(|n| sanitize_root(n)).collect();
+    let root_names: Vec<String> = agg
+        .names
+        .iter()
+        .map(|n| {
+            let frames: Vec<String> = n.split(ROOT_FRAMES).map(sanitize_root).collect();
+            frames.join(";")
+        })
+        .collect();
     // Chunks of stacks fold in parallel; their lines and weights add up.
     let Folded {
         lines,

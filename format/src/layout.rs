@@ -12,7 +12,7 @@ pub const MAGIC: [u8; 8] = *b"FLAMEREC";
 pub const VERSION_MAJOR: u16 = 2;
 /// Minor versions change only what readers of the same major can ignore:
 /// new JSON fields, optional records, sections after the trailer.
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 /// The oldest major version readers still read.
 pub const OLDEST_MAJOR: u16 = 1;
 /// First four bytes of every chunk header.
@@ -44,4 +44,7 @@ pub(crate) mod tag {
     pub const FIRST_OPTIONAL: u8 = 64;
     pub const NAMES: u8 = 64;
     pub const NAMES_END: u8 = 65;
+    /// A process's identity: its cgroup, container and pid in its own
+    /// pid namespace (2.1).
+    pub const IDENTITY: u8 = 66;
 }

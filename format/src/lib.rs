@@ -35,6 +35,7 @@
 //! | 13 | totals | JSON [`Totals`]; last record before the names section |
 //! | 64 | names | optional record: names of sampled user frames ([`write_names`]) |
 //! | 65 | names end | optional record: JSON [`NamesEnd`]; last record of the file |
+//! | 66 | identity | optional record (2.1): JSON [`Identity`], a process's cgroup, container and pid in its own namespace; before the trailer |
 //!
 //! Tags from 64 on frame their record as `tag, length, payload`, so a reader
 //! skips optional records it does not know. The names section (format 1.1)
@@ -42,7 +43,7 @@
 //! damage there leaves the recording whole and only its names partial.
 //!
 //! Times are nanoseconds since the recording started (samples: microseconds).
-//! Writers write format 2.0; readers read 1.x and 2.x (1.x readers refuse
+//! Writers write format 2.1 (2.0 and the identity record); readers read 1.x and 2.x (1.x readers refuse
 //! 2.0 files with the version message: tags 14 and 15 are new records they
 //! could not skip).
 //! Stacks are a prefix tree, root first: a sample names only its leaf node.
@@ -70,9 +71,9 @@ pub use error::FormatError;
 pub use layout::{MAGIC, MAX_CHUNK_BYTES, OLDEST_MAJOR, VERSION_MAJOR, VERSION_MINOR};
 pub use names::{write_names, EmbeddedNames, NamesEnd, NamesState};
 pub use reader::{Damage, Reader, Tables};
-pub use summary::Summary;
+pub use summary::{ContainerSamples, Summary};
 pub use types::{
-    Event, Frame, FrameId, JitFrames, KernelSymbol, Mapping, Metadata, Module, ModuleId,
+    Event, Frame, FrameId, Identity, JitFrames, KernelSymbol, Mapping, Metadata, Module, ModuleId,
     ModuleKind, PythonRead, ReadGap, Sample, StackId, StringId, Totals,
 };
 pub use writer::{Writer, DEFAULT_LEVEL};

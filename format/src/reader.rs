@@ -365,6 +365,11 @@ impl<R: Read> Reader<R> {
                         names::decode(body, frames, &mut map)?;
                         items.push(Item::Names(map));
                     }
+                    tag::IDENTITY if !self.after_totals => {
+                        let id =
+                            serde_json::from_slice(body).map_err(|_| DecodeFail("identity"))?;
+                        items.push(Item::Event(Box::new(Event::Identity(id))));
+                    }
                     tag::NAMES_END if self.after_totals => {
                         let end =
                             serde_json::from_slice(body).map_err(|_| DecodeFail("names end"))?;

@@ -1,12 +1,28 @@
 //! What a recording holds, in one streaming pass: the figures behind
 //! `flamerec info`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 
 use crate::{
-    Damage, Event, FormatError, JitFrames, Metadata, NamesState, PythonRead, ReadGap, Reader,
+    Damage, Event, FormatError, Identity, JitFrames, Metadata, NamesState, PythonRead, ReadGap,
+    Reader,
 };
+
+/// The samples of one container (or of the host) in a recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerSamples {
+    /// As fold shows it: `podman:0123456789ab`, or `host`.
+    pub label: String,
+    /// The runtime (empty for the host).
+    pub runtime: String,
+    /// The whole id (empty for the host).
+    pub id: String,
+    /// Its processes that were sampled.
+    pub processes: u64,
+    /// Its samples.
+    pub samples: u64,
+}
 
 /// Figures of one recording.
 #[derive(Debug, Clone)]
@@ -60,6 +76,9 @@ pub struct Summary {
     pub python: Vec<PythonRead>,
     /// Frames of JIT code, by where their names came from.
     pub jit_frames: JitFrames,
+    /// Samples per container, most first (format 2.1; empty in recordings
+    /// without process identities).
+    pub containers: Vec<ContainerSamples>,
 }
 
 impl Summary {
@@ -69,6 +88,7 @@ impl Summary {
         let (mut samples, mut weight, mut lost, mut last_ns) = (0u64, 0u64, 0u64, 0u64);
         let mut pids = HashSet::new();
         let mut tids = HashSet::new();
+        let mut by_container = Containers::default();
         while let Some(events) = reader.next_events()? {
             for e in events {
                 match e {
@@ -79,8 +99,10 @@ impl Summary {
                             last_ns = last_ns.max(s.time_ns);
                             pids.insert(s.pid);
                             tids.insert(s.tid);
+                            by_container.sample(s.pid);
                         }
                     }
+                    Event::Identity(id) => by_container.identity(id),
                     Event::Comm { pid, tid, .. } | Event::Fork { pid, tid, .. } => {
                         pids.insert(pid);
                         tids.insert(tid);
@@ -117,6 +139,7 @@ impl Summary {
             names_damage: reader.names().damage.clone(),
             python: Vec::new(),
             jit_frames: JitFrames::default(),
+            containers: by_container.finish(),
         };
         if let Some(t) = totals {
             s.lost_samples = t.lost_samples;
@@ -154,5 +177,64 @@ impl Summary {
     /// user parts without their samples.
     pub fn unmatched_cookies(&self) -> u64 {
         self.deferred_unmatched_samples + self.deferred_orphan_records
+    }
+}
+/// Samples per container as identities come.
+#[derive(Default)]
+struct Containers {
+    /// Each process's container label, as last identified.
+    of_pid: HashMap<u32, String>,
+    /// Per label.
+    totals: BTreeMap<String, Tally>,
+    any: bool,
+}
+
+/// One container's figures so far.
+#[derive(Default)]
+struct Tally {
+    runtime: String,
+    id: String,
+    pids: HashSet<u32>,
+    samples: u64,
+}
+
+impl Containers {
+    fn identity(&mut self, id: Identity) {
+        self.any = true;
+        let label = id.container_label();
+        self.totals.entry(label.clone()).or_insert_with(|| Tally {
+            runtime: id.runtime,
+            id: id.container,
+            ..Tally::default()
+        });
+        self.of_pid.insert(id.pid, label);
+    }
+
+    fn sample(&mut self, pid: u32) {
+        if !self.any {
+            return;
+        }
+        // A process gone before it was identified is not guessed at.
+        let label = self.of_pid.get(&pid).map_or("unknown", String::as_str);
+        let t = self.totals.entry(label.to_string()).or_default();
+        t.pids.insert(pid);
+        t.samples += 1;
+    }
+
+    fn finish(self) -> Vec<ContainerSamples> {
+        let mut all: Vec<ContainerSamples> = self
+            .totals
+            .into_iter()
+            .filter(|(_, t)| t.samples > 0)
+            .map(|(label, t)| ContainerSamples {
+                label,
+                runtime: t.runtime,
+                id: t.id,
+                processes: t.pids.len() as u64,
+                samples: t.samples,
+            })
+            .collect();
+        all.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.label.cmp(&b.label)));
+        all
     }
 }

@@ -140,6 +140,42 @@ pub struct PythonRead {
     pub samples_native_only: u64,
 }
 
+/// Who a process was, beyond its pid: where it ran (its cgroup, and the
+/// container a runtime's cgroup name gives) and its pid as it saw itself.
+/// Written once per process, when the recorder first meets it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// ns since start.
+    pub time_ns: u64,
+    /// Process id (the recording's, the host's).
+    pub pid: u32,
+    /// Its pid in its own pid namespace (the same as `pid` on the host).
+    pub ns_pid: u32,
+    /// Its cgroup v2 path, `/` for the root; empty when unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
+    /// Its container's runtime (`docker`, `podman`, `containerd`, `cri-o`),
+    /// empty when it ran on the host (no runtime's cgroup name).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub runtime: String,
+    /// Its container's id (64 hex digits), empty on the host.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container: String,
+}
+
+impl Identity {
+    /// The container as fold and info show it: `podman:0123456789ab` (the
+    /// id's first 12 digits, as the runtimes print it), or `host`.
+    pub fn container_label(&self) -> String {
+        if self.container.is_empty() {
+            "host".to_string()
+        } else {
+            let short = self.container.get(..12).unwrap_or(&self.container);
+            format!("{}:{short}", self.runtime)
+        }
+    }
+}
+
 /// One interval between two reads of the rings, in microseconds: its
 /// length, the recorder thread's time on a CPU and waiting for one
 /// (scheduler statistics; the rest it slept or was blocked), and the
@@ -343,6 +379,8 @@ pub enum Event {
     },
     /// A new mapping.
     Mapping(Mapping),
+    /// A process's identity (format 2.1; older files have none).
+    Identity(Identity),
     /// A run of samples, in time order.
     Samples(Vec<Sample>),
     /// The kernel dropped samples.

@@ -11,8 +11,8 @@ use crate::codec::{put_bytes, put_i64, put_u64, zigzag};
 use crate::error::FormatError;
 use crate::layout::{tag, CHUNK_MAGIC, MAGIC, MAX_CHUNK_BYTES, VERSION_MAJOR, VERSION_MINOR};
 use crate::types::{
-    Frame, FrameId, KernelSymbol, Mapping, Metadata, Module, ModuleId, Sample, StackId, StringId,
-    Totals,
+    Frame, FrameId, Identity, KernelSymbol, Mapping, Metadata, Module, ModuleId, Sample, StackId,
+    StringId, Totals,
 };
 
 /// Chunks are cut once this much is buffered, well below [`MAX_CHUNK_BYTES`].
@@ -223,6 +223,15 @@ impl<W: Write> Writer<W> {
         self.event_header(tag::EXIT, time_ns);
         put_u64(&mut self.buf, u64::from(pid));
         put_u64(&mut self.buf, u64::from(tid));
+    }
+
+    /// A process's identity (an optional record: readers of 2.0 skip it).
+    pub fn identity(&mut self, id: &Identity) {
+        // Keep stream order with the samples before it.
+        self.emit_samples();
+        let json = serde_json::to_vec(id).unwrap_or_default();
+        self.buf.push(tag::IDENTITY);
+        put_bytes(&mut self.buf, &json);
     }
 
     /// A mapping appeared.

@@ -1,8 +1,8 @@
 //! Round trip, truncation and corruption tests of the `.frec` reader and writer.
 
 use flamerec_format::{
-    Damage, Event, FormatError, Frame, KernelSymbol, Mapping, Metadata, Module, ModuleKind,
-    Recording, Sample, Totals, Writer,
+    Damage, Event, FormatError, Frame, Identity, KernelSymbol, Mapping, Metadata, Module,
+    ModuleKind, Recording, Sample, Summary, Totals, Writer,
 };
 
 /// Small deterministic generator so failures reproduce.
@@ -263,7 +263,8 @@ fn unknown_major_version_is_refused_with_its_number() {
     let (mut bytes, _) = synthetic(1);
     bytes[8] = 9;
     let err = Recording::read(&bytes[..]).unwrap_err();
-    assert!(err.to_string().contains("9.0"), "{err}");
+    let version = format!("9.{}", flamerec_format::VERSION_MINOR);
+    assert!(err.to_string().contains(&version), "{err}");
 }
 
 #[test]
@@ -318,4 +319,80 @@ fn samples_out_of_time_order_and_off_period_round_trip() {
     let rec = Recording::read(&bytes[..]).unwrap();
     assert!(rec.damage.is_none());
     assert_eq!(rec.samples, want);
+}
+
+#[test]
+fn identities_round_trip_and_count_samples_per_container() {
+    let id = "0bcaeb88efd843ea3faed5895ae7bcb926995622d8630e489b9dab71399001b1";
+    let mut w = Writer::new(Vec::new(), &meta()).unwrap();
+    let m = w.module(&Module {
+        kind: ModuleKind::File,
+        path: "/opt/x/ctrspin".into(),
+        build_id: vec![],
+    });
+    let f = w.frame(Frame {
+        module: m,
+        address: 1,
+    });
+    let stack = w.stack(&[f]);
+    let sample = |pid, time_ns| Sample {
+        time_ns,
+        pid,
+        tid: pid,
+        stack,
+        weight: 1,
+    };
+    let in_container = Identity {
+        time_ns: 1_000,
+        pid: 40,
+        ns_pid: 1,
+        cgroup: format!("/libpod_parent/libpod-{id}"),
+        runtime: "podman".into(),
+        container: id.into(),
+    };
+    let on_host = Identity {
+        time_ns: 2_000,
+        pid: 50,
+        ns_pid: 50,
+        cgroup: "/user.slice".into(),
+        ..Identity::default()
+    };
+    w.identity(&in_container);
+    w.identity(&on_host);
+    for t in 0..3 {
+        w.sample(sample(40, 3_000 + t * 1_000));
+    }
+    w.sample(sample(50, 9_000));
+    // Never identified (gone before): counted as unknown, not guessed.
+    w.sample(sample(60, 10_000));
+    let bytes = w.finish(Totals::default()).unwrap();
+
+    let rec = Recording::read(&bytes[..]).unwrap();
+    let ids: Vec<&Identity> = rec
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Identity(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [&in_container, &on_host]);
+    assert_eq!(in_container.container_label(), "podman:0bcaeb88efd8");
+    assert_eq!(on_host.container_label(), "host");
+
+    let s = Summary::read(&bytes[..]).unwrap();
+    let counts: Vec<(&str, u64, u64)> = s
+        .containers
+        .iter()
+        .map(|c| (c.label.as_str(), c.processes, c.samples))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("podman:0bcaeb88efd8", 1, 3),
+            ("host", 1, 1),
+            ("unknown", 1, 1)
+        ]
+    );
+    assert_eq!(s.containers[0].id, id);
 }

@@ -17,6 +17,7 @@ mod defer;
 mod depth;
 mod embed;
 mod files;
+mod identity;
 mod jit;
 mod kernel;
 mod launch;

@@ -33,6 +33,7 @@ use flamerec_unwind::{Cut, Outcome, StackUnwinder, UserRegs};
 use crate::deep::{LiveStacks, Pending, Settled, Unwound, UserStack};
 use crate::defer::{self, Deferred};
 use crate::files::ProcessFiles;
+use crate::identity::Identities;
 use crate::jit::JitNames;
 use crate::kernel::{KernelFrames, TrimRules};
 use crate::loss::Losses;
@@ -143,6 +144,8 @@ pub(crate) struct State<W: io::Write> {
     files: ProcessFiles,
     /// Modules read elsewhere than at their paths, not yet told the namer.
     located: Vec<(ModuleId, Located)>,
+    /// Which processes' identities were written.
+    identities: Identities,
 }
 
 impl<W: io::Write> State<W> {
@@ -172,6 +175,7 @@ impl<W: io::Write> State<W> {
             jit: JitNames::default(),
             files: ProcessFiles::default(),
             located: Vec::new(),
+            identities: Identities::default(),
         }
     }
 
@@ -379,6 +383,7 @@ impl<W: io::Write> State<W> {
                         p.forget(pid);
                     }
                     self.jit.exec(pid);
+                    self.identities.exec(pid);
                 }
                 self.seen(pid, tid);
                 self.conv.comm(t, pid, tid, name, exec);
@@ -478,6 +483,9 @@ impl<W: io::Write> State<W> {
             return;
         }
         self.seen(s.pid, s.tid);
+        if let Some(id) = self.identities.first(s.pid, self.rel(s.time)) {
+            self.conv.writer_mut().identity(&id);
+        }
         self.jit
             .sampled(s.pid, sys::monotonic_ns(), self.conv.unwinder_mut());
         let mut raw = RawSample {

@@ -45,6 +45,10 @@ pub struct Args {
     /// Root frame is `comm-PID/TID`.
     #[arg(long, conflicts_with = "per_process")]
     per_thread: bool,
+    /// Outermost frame is the sample's container (`podman:0123456789ab`, or
+    /// `host`).
+    #[arg(long)]
+    container: bool,
     /// Keep only this process (repeatable).
     #[arg(long, value_name = "PID")]
     pid: Vec<u32>,
@@ -143,6 +147,7 @@ fn options(a: &Args) -> FoldOptions {
     let mut opts = FoldOptions {
         per_process: a.per_process,
         per_thread: a.per_thread,
+        container: a.container,
         pids: a.pid.clone(),
         tids: a.tid.clone(),
         comms: a.comm.clone(),

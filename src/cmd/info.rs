@@ -94,6 +94,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "named_frames": s.named_frames,
             "python": s.python,
             "jit_frames": s.jit_frames,
+            "containers": s.containers.iter().map(|c| json!({
+                "container": c.label,
+                "runtime": c.runtime,
+                "id": c.id,
+                "processes": c.processes,
+                "samples": c.samples,
+            })).collect::<Vec<_>>(),
             "missing": missing,
             "warnings": warnings,
         });
@@ -182,6 +189,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         writeln!(w, "weight:     {} {unit}", s.weight)?;
     }
     writeln!(w, "processes:  {}, threads: {}", s.processes, s.threads)?;
+    for c in &s.containers {
+        let what = if c.id.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} container {})", c.runtime, c.id)
+        };
+        writeln!(
+            w,
+            "container:  {}{what}: {} samples, {} process{}",
+            c.label,
+            c.samples,
+            c.processes,
+            if c.processes == 1 { "" } else { "es" }
+        )?;
+    }
     let j = &s.jit_frames;
     if !j.is_empty() {
         writeln!(

@@ -24,7 +24,7 @@ mod speedscope;
 
 use std::io;
 
-use flamerec_format::{Frame, FrameId, Metadata, Module, Sample, StackId, Tables};
+use flamerec_format::{Frame, FrameId, Identity, Metadata, Module, Sample, StackId, Tables};
 use flamerec_symbolize::names::{sanitize_root, UNKNOWN};
 use flamerec_symbolize::{FuncId, Function, Symbols};
 use rustc_hash::FxHashMap as HashMap;
@@ -49,6 +49,9 @@ pub struct Timeline {
     nodes: Vec<(StackId, FrameId)>,
     /// Inlined frames were expanded.
     inline: bool,
+    /// Per identified process: its container label and id (`host` and
+    /// empty on the host); empty for recordings without identities.
+    containers: HashMap<u32, (String, String)>,
 }
 
 /// One kept sample. 24 bytes: millions fit.
@@ -81,11 +84,20 @@ pub(crate) struct Kept {
     /// pid, tid, thread name, process name.
     threads: Vec<(u32, u32, u32, u32)>,
     index: HashMap<(u32, u32), u32>,
+    /// Each identified process's container label and id (the last
+    /// identity of its pid).
+    containers: HashMap<u32, (String, String)>,
 }
 
 impl Kept {
     /// The index of thread `(pid, tid)`, whose names are now the given
     /// interned ones.
+    /// Process `id.pid` is identified as `id`.
+    pub(crate) fn identity(&mut self, id: &Identity) {
+        self.containers
+            .insert(id.pid, (id.container_label(), id.container.clone()));
+    }
+
     pub(crate) fn thread(&mut self, pid: u32, tid: u32, name: u32, process: u32) -> u32 {
         let next = self.threads.len() as u32;
         let i = *self.index.entry((pid, tid)).or_insert(next);
@@ -143,6 +155,7 @@ impl Timeline {
             modules: tables.modules.clone(),
             nodes,
             inline,
+            containers: kept.containers,
         }
     }
 

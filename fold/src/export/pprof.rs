@@ -3,7 +3,8 @@
 //!
 //! Samples are summed per (thread, stack), since pprof has no per-sample
 //! time; each carries the labels `pid`, `tid` (numbers) and `comm` (the
-//! thread's name). Sample types follow the event ([`Measure`]):
+//! thread's name), and in recordings that identify processes `container`
+//! (`podman:0123456789ab`, `host`) with `container.id` in a container. Sample types follow the event ([`Measure`]):
 //! `samples/count` and `cpu/nanoseconds` for clock events (a sample is one
 //! period, 1e9 / frequency ns), `off-cpu/nanoseconds` for off-CPU time,
 //! `samples/count` otherwise.
@@ -29,6 +30,33 @@ use rustc_hash::FxHashMap as HashMap;
 use super::proto;
 use super::{no_timeline, Measure, Timeline};
 use crate::Profile;
+
+/// The `container` label (`podman:0123456789ab`, `host`, or `unknown` for
+/// a process the recording did not identify) and, in a container,
+/// `container.id` (as OpenTelemetry names it) — for recordings that identify
+/// processes (format 2.1).
+fn container_labels(b: &mut Builder, t: &Timeline, pid: u32, keys: [i64; 2]) -> Vec<proto::Label> {
+    if t.containers.is_empty() {
+        return Vec::new();
+    }
+    let (label, id) = t
+        .containers
+        .get(&pid)
+        .map_or(("unknown", ""), |(l, id)| (l.as_str(), id.as_str()));
+    let mut labels = vec![proto::Label {
+        key: keys[0],
+        str: b.s(label),
+        ..Default::default()
+    }];
+    if !id.is_empty() {
+        labels.push(proto::Label {
+            key: keys[1],
+            str: b.s(id),
+            ..Default::default()
+        });
+    }
+    labels
+}
 
 /// Where the made-up ranges of file-backed binaries start: the first
 /// address past the lower half of a 48-bit address space.
@@ -79,6 +107,7 @@ pub fn write_pprof<W: Write>(profile: &Profile, out: W) -> io::Result<()> {
     let mut location_ids = vec![0u64; t.frames.len()];
     let mut function_ids = vec![0u64; t.functions.len()];
     let keys = [b.s("pid"), b.s("tid"), b.s("comm")];
+    let container_keys = [b.s("container"), b.s("container.id")];
     let mut frames = Vec::new();
     for ((thread, stack), weight) in sums {
         t.stack_frames(stack, &mut frames);
@@ -109,6 +138,7 @@ pub fn write_pprof<W: Write>(profile: &Profile, out: W) -> io::Result<()> {
                     ..Default::default()
                 },
             ];
+            label.extend(container_labels(&mut b, t, th.pid, container_keys));
         }
         b.p.sample.push(proto::Sample {
             location_id,
