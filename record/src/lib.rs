@@ -114,6 +114,16 @@ pub enum Target {
     Pids(Vec<u32>),
     /// The whole system except flamerec.
     System,
+    /// Every process in a cgroup (v2) and its descendants, running or
+    /// started during the recording, and nothing else (`perf record -G`):
+    /// the cgroup's directory, or its path as `/proc/PID/cgroup` says it.
+    Cgroup(PathBuf),
+}
+
+/// The cgroup of the one running container whose id starts with `prefix`
+/// (docker, podman, containerd, CRI-O), for [`Target::Cgroup`].
+pub fn container_cgroup(prefix: &str) -> Result<String, String> {
+    flamerec_perf::procfs::view::container_cgroup(prefix)
 }
 
 /// Everything `record` needs to know.
@@ -325,6 +335,14 @@ pub enum RecordError {
     /// A process given to --pid does not exist.
     #[error("no process with pid {0}")]
     NoSuchProcess(u32),
+    /// The cgroup given to --cgroup cannot be recorded.
+    #[error("cannot record the cgroup {name}: {source}")]
+    Cgroup {
+        /// As given.
+        name: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// No command was given.
     #[error("no command to record: give one after `--`, or use --pid or --all-cpus")]
     NoCommand,

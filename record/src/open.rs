@@ -41,6 +41,7 @@ pub(crate) fn open_output(
                 p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
             ),
             Target::System => "system".into(),
+            Target::Cgroup(p) => format!("cgroup {}", p.display()),
         },
         host: read_trimmed("/proc/sys/kernel/hostname"),
         kernel_release: read_trimmed("/proc/sys/kernel/osrelease"),
@@ -87,7 +88,8 @@ pub(crate) fn event_config(
         context_switch: off_cpu,
         sample_type,
         exclude_kernel: !opts.kernel,
-        inherit: !matches!(opts.target, Target::System),
+        // Per-CPU events (system-wide, a cgroup) cannot inherit.
+        inherit: matches!(opts.target, Target::Command(_) | Target::Pids(_)),
         enable_on_exec: command,
         side_band: true,
         max_stack: 0,
@@ -108,7 +110,7 @@ pub(crate) fn event_config(
 pub(crate) fn open_with_fallbacks(
     opts: &RecordOptions,
     cfg: &mut EventConfig,
-    tasks: &[i32],
+    tasks: Watched<'_>,
     pages: usize,
     max_stack: &mut Option<MaxStack>,
 ) -> Result<Vec<Event>, RecordError> {
@@ -142,26 +144,43 @@ pub(crate) fn defer_probe() -> io::Result<()> {
     sys::perf_event_open(&cfg, 0, -1).map(drop)
 }
 
+/// What the events watch on each CPU.
+#[derive(Clone, Copy)]
+pub(crate) enum Watched<'a> {
+    /// These tasks (with inherit, their children); -1 for every task.
+    Tasks(&'a [i32]),
+    /// The tasks of a cgroup (the open directory) and its descendants.
+    Cgroup(&'a File),
+}
+
 /// Opens one event per (task, CPU); per CPU the first event owns the ring
 /// buffer and the others write into it.
 fn open_events(
     cfg: &EventConfig,
     event: EventKind,
-    tasks: &[i32],
+    watched: Watched<'_>,
     pages: usize,
 ) -> Result<Vec<Event>, RecordError> {
     let mut cfg = cfg.clone();
     let mut events: Vec<Event> = Vec::new();
+    let tasks = match watched {
+        Watched::Tasks(t) => t,
+        Watched::Cgroup(_) => &[-1],
+    };
     for cpu in flamerec_perf::procfs::online_cpus() {
         let cpu = cpu as i32;
         let mut owner: Option<usize> = None;
         for &task in tasks {
-            let opened = match sys::perf_event_open(&cfg, task, cpu) {
+            let open = |cfg: &EventConfig| match watched {
+                Watched::Cgroup(dir) => sys::perf_event_open_cgroup(cfg, dir, cpu),
+                Watched::Tasks(_) => sys::perf_event_open(cfg, task, cpu),
+            };
+            let opened = match open(&cfg) {
                 // Linux before 6.0 does not count an event's lost records:
                 // losses are then known from the kernel's LOST records only.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) && cfg.count_lost => {
                     cfg.count_lost = false;
-                    sys::perf_event_open(&cfg, task, cpu)
+                    open(&cfg)
                 }
                 other => other,
             };

@@ -2,6 +2,7 @@
 //! buffers into the writer, stop cleanly, write the trailer.
 
 use std::ffi::{CString, OsString};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use crate::embed::{Names, Pending};
 use crate::kernel::TrimRules;
 use crate::launch::{c_strings, find_program};
 use crate::loss::Phase;
-use crate::open::{defer_probe, event_config, open_output, open_with_fallbacks};
+use crate::open::{defer_probe, event_config, open_output, open_with_fallbacks, Watched};
 use crate::readers::{drain_socket, Readers};
 use crate::rings::{self, read_trimmed, Event};
 use crate::signals::Signals;
@@ -66,6 +67,8 @@ struct Plan {
     /// The CPUs the recording may use, as it starts: where ring readers may
     /// run, whatever becomes of the loop's own thread.
     allowed: Vec<usize>,
+    /// `--cgroup`: its directory, open.
+    cgroup: Option<File>,
 }
 
 /// A command to start: its argv, the program found on PATH, and what
@@ -114,6 +117,7 @@ impl Plan {
             CallGraph::FpDefer if !defer => CallGraph::Fp,
             g => g,
         };
+        let mut cgroup = None;
         let launch = match &opts.target {
             Target::Command(argv) if argv.is_empty() => return Err(RecordError::NoCommand),
             Target::Command(argv) => {
@@ -128,8 +132,20 @@ impl Plan {
                 None
             }
             Target::System => None,
+            Target::Cgroup(name) => {
+                let dir = procfs::view::cgroup_dir(name).map_err(|source| RecordError::Cgroup {
+                    name: name.clone(),
+                    source,
+                })?;
+                cgroup = Some(File::open(&dir).map_err(|source| RecordError::Cgroup {
+                    name: name.clone(),
+                    source,
+                })?);
+                None
+            }
         };
         Ok(Plan {
+            cgroup,
             allowed: sys::allowed_cpus(),
             dwarf,
             off_cpu,
@@ -181,6 +197,7 @@ impl Session {
             launch,
             mut warnings,
             allowed,
+            cgroup,
         } = plan;
         // Before anything is started: a failure here leaves nothing behind.
         let names = match &opts.embed_names {
@@ -224,7 +241,11 @@ impl Session {
                 .collect(),
             _ => vec![-1],
         };
-        let events = open_with_fallbacks(opts, &mut cfg, &tasks, pages, &mut max_stack)?;
+        let watched = match &cgroup {
+            Some(dir) => Watched::Cgroup(dir),
+            None => Watched::Tasks(&tasks),
+        };
+        let events = open_with_fallbacks(opts, &mut cfg, watched, pages, &mut max_stack)?;
         if cfg.exclude_kernel && opts.kernel {
             warnings.push(format!(
                 "kernel sampling is not allowed (kernel.perf_event_paranoid is {}); recording user stacks only, as with --no-kernel",
@@ -297,7 +318,8 @@ impl Session {
                 .filter(|m| m.value > 0)
                 .map(|m| usize::from(m.value)),
             defer,
-            exclude_pid: matches!(opts.target, Target::System).then(sys::getpid),
+            exclude_pid: matches!(opts.target, Target::System | Target::Cgroup(_))
+                .then(sys::getpid),
             warnings,
             python,
             python_unread,
@@ -610,6 +632,9 @@ impl Session {
 fn describe_running<W: io::Write>(st: &mut State<W>, target: &Target) {
     let pids = match target {
         Target::Pids(p) => p.clone(),
+        Target::Cgroup(name) => procfs::view::cgroup_dir(name)
+            .map(|dir| procfs::view::processes_in(&dir))
+            .unwrap_or_default(),
         _ => procfs::all_pids().unwrap_or_default(),
     };
     let own = sys::getpid();

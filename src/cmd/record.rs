@@ -60,6 +60,15 @@ pub struct Args {
     /// Record the whole system, excluding flamerec itself.
     #[arg(short, long)]
     all_cpus: bool,
+    /// Record every process in this cgroup (v2) and its descendants, as
+    /// `/proc/PID/cgroup` names it (`/system.slice/x.service`) or by its
+    /// directory.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "all_cpus", "container", "command"])]
+    cgroup: Option<PathBuf>,
+    /// Record the container whose id starts with this (docker, podman,
+    /// containerd, CRI-O): its cgroup, as --cgroup.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["pid", "all_cpus", "command"])]
+    container: Option<String>,
     /// Stop after this many seconds.
     #[arg(short, long, value_name = "SECS")]
     duration: Option<f64>,
@@ -118,6 +127,12 @@ pub struct Args {
 fn options(a: &Args) -> anyhow::Result<RecordOptions> {
     let target = if !a.pid.is_empty() {
         Target::Pids(a.pid.clone())
+    } else if let Some(cgroup) = &a.cgroup {
+        Target::Cgroup(cgroup.clone())
+    } else if let Some(id) = &a.container {
+        let cgroup = flamerec_record::container_cgroup(id)
+            .map_err(|why| anyhow::anyhow!("--container {id}: {why}"))?;
+        Target::Cgroup(cgroup.into())
     } else if a.all_cpus {
         Target::System
     } else {

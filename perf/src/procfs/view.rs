@@ -170,6 +170,103 @@ fn is_container_id(id: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or
+/// `/sys/fs/cgroup/unified` on a hybrid tree), from this process's
+/// mountinfo.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    parse_cgroup2_mount(&text)
+}
+
+/// The mount point of the first `cgroup2` file system in a mountinfo text.
+pub fn parse_cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|l| {
+        // The fields after ` - ` are the type, the source and the options.
+        let (mount, rest) = l.split_once(" - ")?;
+        (rest.split(' ').next()? == "cgroup2").then_some(())?;
+        mount.split(' ').nth(4).map(PathBuf::from)
+    })
+}
+
+/// The directory of a cgroup named as `/proc/PID/cgroup` and `perf record
+/// -G` name it (a path from the hierarchy's root), or by its directory.
+pub fn cgroup_dir(name: &Path) -> io::Result<PathBuf> {
+    let mount = cgroup2_mount().ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, "no cgroup v2 hierarchy is mounted")
+    })?;
+    let dir = if name.starts_with(&mount) {
+        name.to_path_buf()
+    } else {
+        mount.join(name.strip_prefix("/").unwrap_or(name))
+    };
+    if dir.join("cgroup.procs").is_file() {
+        Ok(dir)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{} is not a cgroup (no cgroup.procs)", dir.display()),
+        ))
+    }
+}
+
+/// Every process in the cgroup at `dir` and its descendants, ascending.
+pub fn processes_in(dir: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        if let Ok(text) = fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(entries) = fs::read_dir(&d) {
+            todo.extend(
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// The cgroup (as `/proc/PID/cgroup` names it) of the one running container
+/// whose id starts with `prefix` (at least 4 hex digits), found through its
+/// processes.
+pub fn container_cgroup(prefix: &str) -> Result<String, String> {
+    if prefix.len() < 4 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{prefix:?} is not a container id (give at least 4 of its hex digits)"
+        ));
+    }
+    let prefix = prefix.to_ascii_lowercase();
+    let mut found: Vec<(Container, String)> = Vec::new();
+    for pid in super::all_pids().unwrap_or_default() {
+        let Ok(cgroup) = cgroup_of(pid) else { continue };
+        let Some(c) = container_of(&cgroup) else {
+            continue;
+        };
+        if c.id.starts_with(&prefix) && !found.iter().any(|(f, _)| *f == c) {
+            // The container's own cgroup: the path up to its component
+            // (a runtime may nest one below it).
+            let end = cgroup.find(&c.id).map_or(cgroup.len(), |i| {
+                cgroup[i..].find('/').map_or(cgroup.len(), |j| i + j)
+            });
+            found.push((c, cgroup[..end].to_string()));
+        }
+    }
+    match found.len() {
+        1 => Ok(found.remove(0).1),
+        0 => Err(format!(
+            "no running container has an id starting with {prefix}"
+        )),
+        n => Err(format!(
+            "{n} running containers have ids starting with {prefix}: give more of the id"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +326,29 @@ mod tests {
         ] {
             assert_eq!(container_of(host), None, "{host}");
         }
+    }
+
+    #[test]
+    fn the_cgroup2_mount_of_a_hybrid_tree() {
+        let text = "30 24 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n\
+                    35 30 0:31 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                    41 30 0:37 / /sys/fs/cgroup/unified rw shared:9 - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            parse_cgroup2_mount(text),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        assert_eq!(
+            parse_cgroup2_mount("30 24 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n"),
+            None
+        );
+        // This process's own cgroup, named both ways, holds it.
+        let me = std::process::id();
+        let own = cgroup_of(me).unwrap();
+        let dir = cgroup_dir(Path::new(&own)).unwrap();
+        assert_eq!(cgroup_dir(&dir).unwrap(), dir);
+        assert!(processes_in(&dir).contains(&me));
+        assert!(cgroup_dir(Path::new("/no/such/cgroup")).is_err());
+        assert!(container_cgroup("xyz").is_err());
     }
 
     #[test]

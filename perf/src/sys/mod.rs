@@ -323,6 +323,37 @@ pub fn perf_event_open(cfg: &EventConfig, pid: i32, cpu: i32) -> io::Result<Owne
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens a perf event counting the tasks of one cgroup (v2: the
+/// directory `cgroup` is open on, and its descendants) on `cpu`, as
+/// `perf record -G` does; cgroup events are per CPU.
+pub fn perf_event_open_cgroup(
+    cfg: &EventConfig,
+    cgroup: &std::fs::File,
+    cpu: i32,
+) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let mut attr = attr_from(cfg);
+    let flags = b::PERF_FLAG_FD_CLOEXEC | b::PERF_FLAG_PID_CGROUP;
+    // SAFETY: as in `perf_event_open`; with PERF_FLAG_PID_CGROUP the pid
+    // argument is the descriptor of the cgroup's directory, which `cgroup`
+    // keeps open for the call.
+    let fd = unsafe {
+        pes::perf_event_open(
+            &mut attr,
+            cgroup.as_raw_fd(),
+            cpu,
+            -1,
+            flags as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing
+    // else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Enables a perf event that was opened disabled.
 pub fn enable(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: ENABLE takes an integer argument and only affects the event
