@@ -11,6 +11,7 @@ mod common;
 
 mod accuracy;
 mod cli;
+mod containers;
 mod deep;
 mod diff;
 mod docs;

@@ -1,0 +1,361 @@
+//! End-to-end tests of processes that see other files than the recorder:
+//! a mount namespace of its own, and real containers (podman with runc,
+//! from Debian's packages; `.ci/run` installs them) recorded from the host
+//! by pid, by container and system-wide. A missing podman fails naming
+//! the cause unless FLAMEREC_SKIP_CONTAINER_TESTS=1.
+//!
+//! Margins: every share here is of the recorded program's own samples,
+//! which follow its CPU time whatever else runs. Attached while it works,
+//! no sample is of its start-up or exit, so its stacks are whole but for a
+//! sample caught in a page fault's or signal's frame: 99.5% is the issue's
+//! line and measured here at 99.9–100%. The 50/30/20 split within ±5
+//! points needs ≈ 1,000 samples (the 50% share's standard deviation is 1.6
+//! points then): 3 s attached at 999 Hz gives that with 2 CPUs shared by
+//! up to 3 runnable tasks.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::common::*;
+use flamerec_samples::{FramePointers, Sample};
+
+const SKIP: &str = "FLAMEREC_SKIP_CONTAINER_TESTS";
+
+/// cpu-mix's work units for the containers' programs: ≈ 7 s of CPU, more
+/// than any recording here lasts.
+const UNITS: &str = "2000000";
+
+/// podman, run with runc and a containers.conf of the tests' own: crun
+/// refuses a hybrid cgroup tree, and podman's default open-file limit is
+/// more than a machine may allow.
+struct Podman {
+    conf: tempfile::TempDir,
+}
+
+impl Podman {
+    /// podman and runc when both run here; `None` when they do not and
+    /// FLAMEREC_SKIP_CONTAINER_TESTS=1; a failure naming the cause else.
+    fn find() -> Option<Podman> {
+        let missing = ["podman", "runc"].into_iter().find(|tool| {
+            !Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        if let Some(tool) = missing {
+            if std::env::var(SKIP).as_deref() == Ok("1") {
+                eprintln!("skipped ({SKIP}=1): {tool} does not run here");
+                return None;
+            }
+            panic!(
+                "{tool} does not run here, so the container tests cannot start a container \
+                 (apt-get install podman runc; or set {SKIP}=1 to skip them)"
+            );
+        }
+        let conf = tmp();
+        std::fs::write(
+            conf.path().join("containers.conf"),
+            "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n",
+        )
+        .expect("write containers.conf");
+        Some(Podman { conf })
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new("podman");
+        c.env("CONTAINERS_CONF", self.conf.path().join("containers.conf"))
+            .args(["--runtime", "runc"]);
+        c
+    }
+
+    /// Starts `argv` in a container whose root is `root`, detached.
+    fn run(&self, root: &Path, argv: &[&str]) -> Container<'_> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "flamerec-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let o = self
+            .command()
+            .args([
+                "run",
+                "-d",
+                "--name",
+                &name,
+                "--network",
+                "none",
+                "--rootfs",
+            ])
+            .arg(root)
+            .args(argv)
+            .output()
+            .expect("run podman");
+        assert!(o.status.success(), "podman run: {}", stderr(&o));
+        let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let c = Container {
+            podman: self,
+            name,
+            id,
+        };
+        wait_for("the container's process", || c.pid().is_some());
+        c
+    }
+}
+
+/// A running container, removed when dropped.
+struct Container<'p> {
+    podman: &'p Podman,
+    name: String,
+    id: String,
+}
+
+impl Container<'_> {
+    /// Its first process's pid on the host.
+    fn pid(&self) -> Option<u32> {
+        let o = self
+            .podman
+            .command()
+            .args(["inspect", "--format", "{{.State.Pid}}", &self.name])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&p| p > 0)
+    }
+
+    /// How fold --container and info name it.
+    fn label(&self) -> String {
+        format!("podman:{}", &self.id[..12])
+    }
+}
+
+impl Drop for Container<'_> {
+    fn drop(&mut self) {
+        // -t 0: the program is pid 1 in its namespace and ignores SIGTERM.
+        let _ = self
+            .podman
+            .command()
+            .args(["rm", "-f", "-t", "0", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A root file system holding `bin` at `/opt/x/NAME` (a path the host
+/// does not have) and copies of the libraries and loader it needs.
+fn root_with(dir: &Path, bin: &Path) -> (PathBuf, String) {
+    let root = dir.join("root");
+    let name = bin.file_name().unwrap().to_str().unwrap().to_string();
+    let inside = format!("/opt/x/{name}");
+    let o = Command::new("ldd").arg(bin).output().expect("run ldd");
+    assert!(o.status.success(), "ldd {}: {}", bin.display(), stderr(&o));
+    let libs: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let path = l.split("=>").last()?.split_whitespace().next()?;
+            path.starts_with('/').then(|| path.to_string())
+        })
+        .collect();
+    for (from, to) in libs
+        .iter()
+        .map(|l| (PathBuf::from(l), l.clone()))
+        .chain([(bin.to_path_buf(), inside.clone())])
+    {
+        let dest = root.join(to.trim_start_matches('/'));
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        // A copy, not the host's file: another inode at a path the host
+        // has (its libc) or has not (the program).
+        std::fs::copy(&from, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+    for d in ["proc", "dev", "sys", "etc", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    (root, inside)
+}
+
+/// Records `args` (a target and its duration) into `out`, failing on error.
+fn record_target(out: &Path, args: &[&str]) -> Output {
+    let o = flamerec()
+        .args(["record", "-q", "-o"])
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("run flamerec");
+    assert!(o.status.success(), "{}", stderr(&o));
+    o
+}
+
+/// Whole (from `_start`) and named as cpu-mix on the host: the split,
+/// and every stack of the program through `cpu_mix_run`.
+fn assert_cpu_mix(stacks: &Stacks, what: &str) {
+    let mix: Stacks = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "cpu-mix"))
+        .cloned()
+        .collect();
+    assert!(total(&mix) >= 300, "{what}: {} samples", total(&mix));
+    let at = mix[0].0.iter().position(|f| f == "cpu-mix").unwrap_or(0);
+    let whole = share(&mix, |s| s.get(at + 1).is_some_and(|f| f == "_start"));
+    assert!(
+        whole >= 99.5,
+        "{what}: only {whole:.2}% of stacks reach _start"
+    );
+    let run = share(&mix, |s| s.iter().any(|f| f == "cpu_mix_run"));
+    assert!(run >= 99.5, "{what}: cpu_mix_run in only {run:.2}%");
+    let own: Stacks = mix.iter().map(|(s, n)| (s[at..].to_vec(), *n)).collect();
+    assert_expected_shares(&own, Sample::CpuMix);
+}
+
+#[test]
+fn a_process_in_its_own_mount_namespace_is_named_from_its_own_files() {
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    // The program at a path only its mount namespace has (a tmpfs over
+    // /mnt): the host's /mnt is another directory.
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let script = format!(
+        "mount -t tmpfs tmpfs /mnt && cp {} /mnt/cpu-mix && exec /mnt/cpu-mix --units {UNITS}",
+        bin.display()
+    );
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run unshare");
+    wait_for("cpu-mix in its own mount namespace", || {
+        proc_stat(child.id()).is_some_and(|s| s.comm == "cpu-mix") && cpu_ticks(child.id()) >= 5
+    });
+    let dir = tmp();
+    let out = dir.path().join("ns.frec");
+    let pid = child.id().to_string();
+    let o = record_target(&out, &["-p", &pid, "-d", "3"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!stderr(&o).contains("missing"), "{}", stderr(&o));
+    assert_cpu_mix(&fold(&out, &["--no-inline"]), "attached");
+}
+
+#[test]
+fn a_container_recorded_by_pid_is_whole_and_named_with_its_identity() {
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    let Some(podman) = Podman::find() else {
+        return;
+    };
+    let dir = tmp();
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let (root, inside) = root_with(dir.path(), &bin);
+    let c = podman.run(&root, &[&inside, "--units", UNITS]);
+    let pid = c.pid().expect("its pid");
+    wait_for("cpu-mix at work", || cpu_ticks(pid) >= 5);
+    let out = dir.path().join("pid.frec");
+    let pid_arg = pid.to_string();
+    let o = record_target(&out, &["-p", &pid_arg, "-d", "3"]);
+    assert!(!stderr(&o).contains("missing"), "{}", stderr(&o));
+    assert_cpu_mix(&fold(&out, &["--no-inline"]), "by pid");
+
+    // Its identity: the container in info, and as the outermost frame.
+    let info = info_json(&out);
+    let containers = info["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "{info}");
+    assert_eq!(containers[0]["container"], c.label(), "{info}");
+    assert_eq!(containers[0]["id"], c.id.as_str(), "{info}");
+    let stacks = fold(&out, &["--container"]);
+    assert!(
+        stacks
+            .iter()
+            .all(|(s, _)| s[0] == c.label() && s[1] == "cpu-mix"),
+        "{:?}",
+        &stacks[..stacks.len().min(3)]
+    );
+}
+
+#[test]
+fn a_container_recorded_by_its_id_holds_its_processes_only() {
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    let Some(podman) = Podman::find() else {
+        return;
+    };
+    let dir = tmp();
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let (root, inside) = root_with(dir.path(), &bin);
+    let c = podman.run(&root, &[&inside, "--units", UNITS]);
+    let pid = c.pid().expect("its pid");
+    wait_for("cpu-mix at work", || cpu_ticks(pid) >= 5);
+    // The same program on the host, busy meanwhile: not in the cgroup.
+    let mut host = Command::new(&bin)
+        .args(["--units", UNITS])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start cpu-mix");
+    let out = dir.path().join("id.frec");
+    record_target(&out, &["--container", &c.id[..8], "-d", "3"]);
+    let _ = host.kill();
+    let _ = host.wait();
+    let stacks = fold(&out, &["--container", "--per-process", "--no-inline"]);
+    let roots: std::collections::BTreeSet<&str> =
+        stacks.iter().map(|(s, _)| s[0].as_str()).collect();
+    assert_eq!(roots.into_iter().collect::<Vec<_>>(), [c.label()]);
+    let host_pid = format!("cpu-mix-{}", host.id());
+    assert!(
+        !stacks.iter().any(|(s, _)| s[1] == host_pid),
+        "the host's cpu-mix was recorded"
+    );
+    let own: Stacks = stacks
+        .iter()
+        .map(|(s, n)| {
+            let mut s = s[1..].to_vec();
+            s[0] = "cpu-mix".into();
+            (s, *n)
+        })
+        .collect();
+    assert_cpu_mix(&own, "by container id");
+    assert_eq!(info_json(&out)["processes"], 1);
+}
+
+#[test]
+fn system_wide_each_container_is_named_and_listed() {
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    let Some(podman) = Podman::find() else {
+        return;
+    };
+    let dir = tmp();
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let (root, inside) = root_with(dir.path(), &bin);
+    let a = podman.run(&root, &[&inside, "--units", UNITS]);
+    let b = podman.run(&root, &[&inside, "--units", UNITS]);
+    for c in [&a, &b] {
+        let pid = c.pid().expect("its pid");
+        wait_for("cpu-mix at work", || cpu_ticks(pid) >= 5);
+    }
+    let out = dir.path().join("all.frec");
+    record_target(&out, &["-a", "-d", "3"]);
+    let info = info_json(&out);
+    let listed: Vec<&str> = info["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["container"].as_str())
+        .collect();
+    let stacks = fold(&out, &["--container", "--no-inline"]);
+    for c in [&a, &b] {
+        assert!(listed.contains(&c.label().as_str()), "{info}");
+        let own: Stacks = stacks
+            .iter()
+            .filter(|(s, _)| s[0] == c.label())
+            .map(|(s, n)| (s[1..].to_vec(), *n))
+            .collect();
+        assert_cpu_mix(&own, &c.label());
+    }
+}
