@@ -34,7 +34,7 @@ fn no_setup_advice(o: &std::process::Output) {
     assert!(!err.contains("samples ran in JIT code of"), "{err}");
 }
 
-const PROGRAM: &str = concat!(
+pub(crate) const PROGRAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/programs/known-profile.js"
 );
@@ -42,7 +42,7 @@ const MARGIN: f64 = 6.0;
 
 /// The JS function a frame names (`JS:*fa /path.js:4:13` → `fa`), in
 /// whichever tier (`*` optimized, `^` baseline, `~` interpreted).
-fn js_function(frame: &str) -> Option<&str> {
+pub(crate) fn js_function(frame: &str) -> Option<&str> {
     let rest = frame.strip_prefix("JS:")?;
     let rest = rest.trim_start_matches(['*', '^', '~']);
     rest.split(' ').next()

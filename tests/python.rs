@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common::*;
 
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/python/known.py");
+pub(crate) const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/python/known.py");
 
 fn cpythons() -> Vec<(u8, PathBuf)> {
     let found = flamerec_python::installed();
@@ -83,17 +83,17 @@ fn known_callers(frames: &[String], leaf: usize) -> Vec<&str> {
 /// above it in their order — all of them (`<module>`, `main`, 30 ×
 /// `descend`) where the stack reaches the thread's entry, the innermost of
 /// them where it was cut — and no eval loop among them.
-struct Shown {
-    samples: u64,
+pub(crate) struct Shown {
+    pub(crate) samples: u64,
     /// Samples showing a frame of known.py.
-    named: u64,
+    pub(crate) named: u64,
     /// Samples of a work function whose stack was cut.
     cut_named: u64,
     /// Samples of the worker in zlib, under `py_worker`.
     worker_in_zlib: u64,
 }
 
-fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
+pub(crate) fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
     let mut s = Shown {
         samples: 0,
         named: 0,

@@ -289,10 +289,12 @@ impl Interpreter {
     }
 
     /// Every thread state of every interpreter of the runtime, with its
-    /// Python stack. `tids`: the process's threads (from /proc), which tell
-    /// a thread id read from glibc's thread descriptor from a stray value.
-    /// A thread id two states claim is neither's (see [`disown_shared_ids`]).
-    pub fn threads(&self, mem: &dyn Memory, tids: &[u32]) -> io::Result<Vec<PyThread>> {
+    /// Python stack. `tids`: the process's threads (from /proc, see
+    /// [`thread_ids`]) as `(id the process knows, id here)`: they tell a
+    /// thread id read from its state from a stray value, and turn the id a
+    /// process in its own pid namespace knows into the host's. A thread id
+    /// two states claim is neither's (see [`disown_shared_ids`]).
+    pub fn threads(&self, mem: &dyn Memory, tids: &[(u32, u32)]) -> io::Result<Vec<PyThread>> {
         let l = &self.layout;
         let mut out = Vec::new();
         let mut interp = mem.u64(self.runtime.wrapping_add(l.runtime_interpreters_head))?;
@@ -317,7 +319,7 @@ impl Interpreter {
         Ok(out)
     }
 
-    fn tid_of(&self, mem: &dyn Memory, ts: u64, tids: &[u32]) -> Option<u32> {
+    fn tid_of(&self, mem: &dyn Memory, ts: u64, tids: &[(u32, u32)]) -> Option<u32> {
         let l = &self.layout;
         let tid = match l.tstate_native_thread_id {
             Some(at) => mem.u64(ts.wrapping_add(at)).ok()? as u32,
@@ -326,7 +328,9 @@ impl Interpreter {
                 mem.i32(pthread + PTHREAD_TID).ok()? as u32
             }
         };
-        tids.contains(&tid).then_some(tid)
+        tids.iter()
+            .find(|&&(own, _)| own == tid)
+            .map(|&(_, here)| here)
     }
 
     /// The frame chain of thread state `ts`, cut into runs; whether the
@@ -491,6 +495,20 @@ impl Walk {
             self.runs.push(run);
         }
     }
+}
+
+/// The threads of `pid` as `(id the process knows, id here)`: the same
+/// ids, but for a process in a pid namespace of its own (a container),
+/// whose threads know themselves by their `NSpid`.
+pub fn thread_ids(pid: u32) -> Vec<(u32, u32)> {
+    use flamerec_perf::procfs::{threads_of, view};
+    let tids = threads_of(pid).unwrap_or_default();
+    if view::ns_pid(pid).is_ok_and(|own| own == pid) {
+        return tids.into_iter().map(|t| (t, t)).collect();
+    }
+    tids.into_iter()
+        .filter_map(|t| Some((view::ns_pid(t).ok()?, t)))
+        .collect()
 }
 
 /// The CPython binary `pid` mapped as `m`, read as the process sees it:

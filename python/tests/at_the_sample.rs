@@ -63,7 +63,7 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
             .unwrap_or_else(|e| panic!("{what}: {e}"))
             .unwrap_or_else(|| panic!("{what}: no runtime"));
         let mem = Process(pid);
-        let threads = interp.threads(&mem, &[pid]).expect("thread states");
+        let threads = interp.threads(&mem, &[(pid, pid)]).expect("thread states");
         let main = threads
             .iter()
             .find(|t| t.tid == Some(pid))

@@ -78,8 +78,10 @@ impl Drop for Parked {
     }
 }
 
-fn tids(pid: u32) -> Vec<u32> {
-    flamerec_perf::procfs::threads_of(pid).expect("the process's threads")
+fn tids(pid: u32) -> Vec<(u32, u32)> {
+    let tids = flamerec_python::thread_ids(pid);
+    assert!(!tids.is_empty(), "the threads of {pid}");
+    tids
 }
 
 #[test]

@@ -17,6 +17,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use flamerec_format::{Module, ModuleKind};
 use flamerec_perf::procfs::view;
 use flamerec_symbolize::Located;
 
@@ -49,6 +50,8 @@ pub(crate) struct ProcessFiles {
     /// Mapped files that were not the file at their path and could not be
     /// opened otherwise (the process gone, no privilege, too many held).
     pub(crate) unreached: u64,
+    /// The first of them, for the warning.
+    pub(crate) first_unreached: Option<String>,
     /// Mapped files read through their process's own view.
     pub(crate) reached: u64,
 }
@@ -65,7 +68,8 @@ impl ProcessFiles {
         path: &str,
         build_id: &[u8],
     ) -> Option<Reached> {
-        if !path.starts_with('/') {
+        // Anonymous memory (`//anon`), `[vdso]` and other pseudo paths.
+        if Module::mapped(path, &[]).kind != ModuleKind::File {
             return None;
         }
         let key = (path.to_string(), build_id.to_vec());
@@ -113,7 +117,7 @@ impl ProcessFiles {
             // The process is gone, or its mapping is not ours to open: the
             // path stands (and the build id check when naming).
             if std::fs::metadata(&mapped).is_ok() || own_view {
-                self.unreached += 1;
+                self.unreached(path);
             }
             return None;
         };
@@ -127,7 +131,7 @@ impl ProcessFiles {
         // A record read after its process exec'd: the range (or the path)
         // now holds another file.
         if self.open.len() >= MAX_HELD || !meta.is_file() || !wanted(&file_id) {
-            self.unreached += 1;
+            self.unreached(path);
             return None;
         }
         let root = own_view.then(|| self.root_of(pid)).flatten();
@@ -142,6 +146,11 @@ impl ProcessFiles {
         };
         self.held.insert(id, r.clone());
         Some(r)
+    }
+
+    fn unreached(&mut self, path: &str) {
+        self.unreached += 1;
+        self.first_unreached.get_or_insert_with(|| path.to_string());
     }
 
     /// The root directory `pid` sees, held open (one per distinct root).
@@ -185,6 +194,10 @@ mod tests {
             .reach(me, own.start, own.end, &own.path, &[1, 2])
             .is_none());
         assert!(files.reach(me, own.start, own.end, "[vdso]", &[]).is_none());
+        assert!(files.reach(me, own.start, own.end, "//anon", &[]).is_none());
+        assert!(files
+            .reach(me, own.start, own.end, "/memfd:x (deleted)", &[])
+            .is_none());
         assert_eq!((files.reached, files.unreached), (0, 0));
     }
 

@@ -403,7 +403,7 @@ impl Python {
                 continue;
             }
             p.refreshed = Some(Instant::now());
-            let tids = flamerec_perf::procfs::threads_of(pid).unwrap_or_default();
+            let tids = flamerec_python::thread_ids(pid);
             let Ok(threads) = p.interp.threads(&Process(pid), &tids) else {
                 continue;
             };

@@ -784,12 +784,13 @@ impl<W: io::Write> State<W> {
         }
         if self.files.unreached > 0 {
             warnings.push(format!(
-                "{} mapped files were not the files at their paths here (a process in a \
-                 container, a chroot or a mount namespace of its own, or a file replaced since) \
-                 and could not be opened as the process saw them (it had exited, or the \
-                 recorder lacks CAP_SYS_ADMIN): their frames are named from the files at their \
-                 paths only where the build ids match",
-                self.files.unreached
+                "{} mapped files (the first: {}) were not the files at their paths here (a \
+                 process in a container, a chroot or a mount namespace of its own, or a file \
+                 replaced since) and could not be opened as the process saw them (it had \
+                 exited or unmapped it, or the recorder lacks CAP_SYS_ADMIN): their frames are \
+                 named from the files at their paths only where the build ids match",
+                self.files.unreached,
+                self.files.first_unreached.as_deref().unwrap_or("?")
             ));
         }
         Finished {
