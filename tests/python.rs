@@ -790,3 +790,74 @@ fn frame_pointers_alone_say_that_dwarf_shows_python_frames() {
     let s = shown(&python.display().to_string(), &fold(&out, &[]));
     assert!(s.samples > 0 && s.named * 20 <= s.samples, "{err}");
 }
+
+const FORK_POOL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/fork-pool.py");
+
+/// Python work in forked processes (multiprocessing's `fork`, the default
+/// on Linux through 3.13, on every CPython here; `forkserver` and
+/// `os.fork()` on 3.12): no mapping record comes for what a fork copies, so
+/// a child is known as its parent's. The workers do all the work, the
+/// parent waits: ≥ 75% of all samples show `unit` under `work_a` or
+/// `work_b` (measured 90–95%: the rest is start-up and the pool's own
+/// code; a child left native shows 0%), split 60/40 within 8 points
+/// (≈ 1,800 samples: one standard deviation is 1.2 points; the per-task
+/// calls add a little), and `info` counts the children as CPython
+/// processes.
+#[test]
+fn forked_workers_show_their_python_frames() {
+    let check = |minor: u8, what: &str, out: &Path, method: &str| {
+        let stacks = fold(out, &[]);
+        let in_fn = |name: &'static str| {
+            move |s: &[String]| s.iter().any(|f| f.starts_with(&format!("{name} (")))
+        };
+        let unit = share(&stacks, in_fn("unit"));
+        assert!(
+            unit >= 75.0,
+            "{what} {method}: `unit` in {unit:.1}% of samples"
+        );
+        let working: Vec<_> = stacks
+            .iter()
+            .filter(|(s, _)| in_fn("unit")(s))
+            .cloned()
+            .collect();
+        let a = share(&working, in_fn("work_a"));
+        assert!((a - 60.0).abs() <= 8.0, "{what} {method}: work_a {a:.1}%");
+        let info = info_json(out);
+        let version = info["python"]
+            .as_array()
+            .and_then(|v| {
+                v.iter().find(|p| {
+                    p["version"]
+                        .as_str()
+                        .is_some_and(|v| v.starts_with(&format!("3.{minor}.")))
+                })
+            })
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            version["processes"].as_u64().unwrap_or(0) >= 3,
+            "{what} {method}: {info}"
+        );
+    };
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    on_each_cpython(&[], &[FORK_POOL, "fork", "200"], |minor, what, out, _| {
+        check(minor, what, out, "fork")
+    });
+    if !bpf_usable() {
+        return;
+    }
+    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    for method in ["forkserver", "os-fork"] {
+        let out = dir.path().join("fork.frec");
+        let Some(o) = record(&out, &[], &[py.to_str().unwrap(), FORK_POOL, method, "200"]) else {
+            return;
+        };
+        assert!(o.status.success(), "{}", stderr(&o));
+        check(12, "3.12", &out, method);
+    }
+}

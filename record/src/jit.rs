@@ -152,6 +152,14 @@ impl JitNames {
         }
     }
 
+    /// `child` was forked from `parent`: a CPython's child is one too (its
+    /// perf trampolines are found in the anonymous memory it maps).
+    pub(crate) fn forked(&mut self, parent: u32, child: u32) {
+        if self.cpython.contains(&parent) {
+            self.cpython.insert(child);
+        }
+    }
+
     /// `pid` called exec: its files were the old image's.
     pub(crate) fn exec(&mut self, pid: u32) {
         self.procs.remove(&pid);

@@ -270,6 +270,39 @@ impl Python {
         self.stale.insert(pid);
     }
 
+    /// `child` was forked from `parent` (fork, a pre-fork server's worker,
+    /// multiprocessing's `fork` and `forkserver`): a copy of its parent's
+    /// address space, the same interpreter at the same addresses, walked
+    /// like it. The child's thread states are read at its first samples
+    /// (its one thread's state is the forking thread's). No mapping record
+    /// comes for what a fork copies, so this is the only way it is known.
+    pub(crate) fn forked<W: io::Write>(&mut self, parent: u32, child: u32, conv: &Converter<W>) {
+        if self.procs.contains_key(&child) {
+            return;
+        }
+        let Some(interp) = self.procs.get(&parent).map(|p| p.interp.clone()) else {
+            return;
+        };
+        let Some(index) = layout_index(&interp.layout) else {
+            return;
+        };
+        if self.maps.add_process(child, index).is_err() {
+            return;
+        }
+        let mut p = Proc {
+            interp,
+            binary: None,
+            eval: Vec::new(),
+            known: HashMap::new(),
+            refreshed: None,
+            shown: 0,
+            native_only: 0,
+        };
+        p.place(child, conv);
+        self.procs.insert(child, p);
+        self.stale.insert(child);
+    }
+
     /// Thread `tid` of `pid` exited: its walks and its thread state go (a
     /// later thread may get its id).
     pub(crate) fn thread_exited(&mut self, pid: u32, tid: u32) {
@@ -295,8 +328,13 @@ impl Python {
         self.line_frames.retain(|&(p, _, _, _), _| p != pid);
     }
 
-    /// Adds a process's counts to its version's.
+    /// Adds a process's counts to its version's. A process image that was
+    /// never sampled is not counted (a forked child that exec'd at once
+    /// would count twice).
     fn count_gone(&mut self, p: &Proc) {
+        if p.shown + p.native_only == 0 {
+            return;
+        }
         let (major, minor, micro) = p.interp.version;
         let r = self
             .read

@@ -424,6 +424,13 @@ impl<W: io::Write> State<W> {
                     self.conv.writer_mut().exit(t, pid, tid);
                 } else {
                     self.conv.fork(ppid, pid, t);
+                    if pid == tid && pid != ppid {
+                        // A new process: a forked CPython is one too.
+                        if let Some(p) = &mut self.python {
+                            p.forked(ppid, pid, &self.conv);
+                        }
+                        self.jit.forked(ppid, pid);
+                    }
                     self.seen(pid, tid);
                     self.conv.writer_mut().fork(t, pid, ppid, tid, ptid);
                 }
