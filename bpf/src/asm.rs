@@ -102,6 +102,11 @@ pub fn add(dst: Reg, src: Reg) -> Insn {
     insn(ALU64 | X, dst, src, 0, 0)
 }
 
+/// `dst &= imm` (the immediate sign-extended to 64 bits).
+pub fn and_imm(dst: Reg, imm: i32) -> Insn {
+    insn(ALU64 | 0x50 | K, dst, R0, 0, imm)
+}
+
 /// `dst <<= imm`.
 pub fn lsh_imm(dst: Reg, imm: i32) -> Insn {
     insn(ALU64 | 0x60 | K, dst, R0, 0, imm)

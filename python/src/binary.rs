@@ -10,6 +10,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use goblin::container::Ctx;
+
+use crate::cold;
 use goblin::elf::section_header::{SHT_NOBITS, SHT_PROGBITS};
 use goblin::elf::{program_header::PT_LOAD, Elf, SectionHeader};
 
@@ -75,11 +77,11 @@ impl PythonBinary {
         };
         let file = File::open(path).map_err(failed)?;
         if let Ok(tables) = tables_of(&file) {
-            let at = |off: u64| {
-                let mut b = [0u8; 8];
+            let read = |off: u64, n: usize| {
+                let mut b = vec![0u8; n];
                 file.read_exact_at(&mut b, off).ok().map(|()| b)
             };
-            if let Ok(binary) = Self::parse_with(&tables, &name, at) {
+            if let Ok(binary) = Self::parse_with(&tables, &name, read) {
                 return Ok(binary);
             }
         }
@@ -96,20 +98,21 @@ impl PythonBinary {
     /// Parses the bytes of a binary named `name` (for messages and the
     /// version of 3.8–3.10, which is only in the file name).
     pub fn parse(data: &[u8], name: &str) -> Result<PythonBinary, BinaryError> {
-        let at = |off: u64| {
-            let b = data.get(off as usize..(off as usize).checked_add(8)?)?;
-            b.try_into().ok()
+        let read = |off: u64, n: usize| {
+            let from = usize::try_from(off).ok()?;
+            data.get(from..from.checked_add(n)?).map(<[u8]>::to_vec)
         };
-        Self::parse_with(data, name, at)
+        Self::parse_with(data, name, read)
     }
 
     /// [`PythonBinary::parse`] of `data`, whose headers and symbol tables
-    /// are the file's, with the 8 bytes at a file offset from `at`.
+    /// are the file's, with other bytes (`n` at a file offset) from `read`.
     fn parse_with(
         data: &[u8],
         name: &str,
-        at: impl Fn(u64) -> Option<[u8; 8]>,
+        read: impl Fn(u64, usize) -> Option<Vec<u8>>,
     ) -> Result<PythonBinary, BinaryError> {
+        let at = |off: u64| -> Option<[u8; 8]> { read(off, 8)?.try_into().ok() };
         let elf = Elf::parse(data).map_err(|_| BinaryError::NotElf(name.into()))?;
         let mut runtime = None;
         let mut py_version = None;
@@ -158,6 +161,11 @@ impl PythonBinary {
             })
             .or_else(|| version_in_name(name))
             .ok_or_else(|| BinaryError::NoVersion(name.into()))?;
+        if let [hot] = eval[..] {
+            // Stripped of its symbol table: its cold part, if it has one,
+            // is found from its jumps (see `cold`).
+            eval.extend(cold_part_of(&elf, hot, &segments, &read));
+        }
         eval.sort_unstable();
         Ok(PythonBinary {
             runtime,
@@ -225,6 +233,32 @@ fn tables_of(file: &File) -> io::Result<Vec<u8>> {
     Ok(data)
 }
 
+/// The eval loop's cold part where the symbol table did not name it:
+/// from the hot part's code and `.eh_frame_hdr` (both read with `read`).
+fn cold_part_of(
+    elf: &Elf<'_>,
+    hot: (u64, u64),
+    segments: &[(u64, u64, u64)],
+    read: &impl Fn(u64, usize) -> Option<Vec<u8>>,
+) -> Option<(u64, u64)> {
+    /// More than any eval loop's hot part or function table holds.
+    const MAX_READ: u64 = 16 << 20;
+    let section = |name: &str| {
+        elf.section_headers
+            .iter()
+            .find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(name))
+    };
+    let (hdr, text) = (section(".eh_frame_hdr")?, section(".text")?);
+    if hdr.sh_size > MAX_READ || hot.1.checked_sub(hot.0)? > MAX_READ {
+        return None;
+    }
+    let starts = cold::function_starts(&read(hdr.sh_offset, hdr.sh_size as usize)?, hdr.sh_addr)?;
+    let code = read(file_offset(segments, hot.0)?, (hot.1 - hot.0) as usize)?;
+    let text = text.sh_addr..text.sh_addr.checked_add(text.sh_size)?;
+    let cold = cold::cold_part(&code, hot.0..hot.1, text, &starts)?;
+    Some((cold.start, cold.end))
+}
+
 /// The file offset of virtual address `vaddr`.
 fn file_offset(segments: &[(u64, u64, u64)], vaddr: u64) -> Option<u64> {
     segments.iter().find_map(|&(delta, from, to)| {
@@ -277,8 +311,8 @@ mod tests {
                 let name = path.display().to_string();
                 let whole = std::fs::read(&path).expect("read the binary");
                 let file = File::open(&path).expect("open the binary");
-                let at = |off: u64| {
-                    let mut b = [0u8; 8];
+                let at = |off: u64, n: usize| {
+                    let mut b = vec![0u8; n];
                     file.read_exact_at(&mut b, off).ok().map(|()| b)
                 };
                 let tables = tables_of(&file).expect("the tables");

@@ -78,16 +78,33 @@ const TAIL_AT: i16 = -16;
 pub const NAMED_FRAMES: usize = 32;
 /// Code objects whose names were sent, per process.
 const KNOWN_CODES: u32 = 65_536;
-/// The layouts the program knows, by index (the value of the process map).
-const MINORS: [u8; 6] = [8, 9, 10, 11, 12, 13];
+/// The most distinct layouts one recording walks (each its own program;
+/// a process map value indexes them): every minor version 3.8–3.15 with
+/// room for builds of one version that publish other offsets.
+const MAX_LAYOUTS: usize = 16;
 
-/// The layout a process is walked with: 3.8–3.12 from the tables, 3.13 as
-/// 3.13.0 publishes it (a 3.13 that publishes another is not walked here).
-pub fn layout_index(layout: &Layout) -> Option<u32> {
-    let i = MINORS.iter().position(|&m| layout.version == (3, m))?;
-    (known(MINORS[i]).as_ref() == Some(layout)).then_some(i as u32)
+/// The layouts met, by walk index.
+#[derive(Debug, Default)]
+struct Layouts(Vec<Layout>);
+
+impl Layouts {
+    /// `layout`'s index: the one it has, or the next (`None` past
+    /// [`MAX_LAYOUTS`]).
+    fn index_of(&mut self, layout: &Layout) -> Option<u32> {
+        if let Some(i) = self.0.iter().position(|l| l == layout) {
+            return Some(i as u32);
+        }
+        if self.0.len() >= MAX_LAYOUTS {
+            return None;
+        }
+        self.0.push(layout.clone());
+        Some(self.0.len() as u32 - 1)
+    }
 }
 
+/// The layout a minor version's command is walked with before its process
+/// is found: 3.8–3.12 from the tables, 3.13 as 3.13.0 publishes it. Later
+/// versions are known once their process publishes its offsets.
 fn known(minor: u8) -> Option<Layout> {
     Layout::for_version(3, minor).or_else(|| {
         (minor == 13)
@@ -117,6 +134,8 @@ pub struct WalkerMaps {
     walks: Map,
     /// The walk programs loaded, by layout index.
     loaded: Vec<Option<Program>>,
+    /// The layouts met, by index.
+    layouts: Layouts,
     /// The layouts of the processes added.
     wanted: Vec<u32>,
     /// The ring each walk goes to, once the dispatcher is made (`None`
@@ -142,15 +161,27 @@ impl WalkerMaps {
             threads: Map::new(MapKind::Hash, 4, 8, threads)?,
             records: Map::new(MapKind::PerCpuArray, 4, RECORD_LEN as u32, 1)?,
             known: Map::new(MapKind::LruHash, 16, 8, KNOWN_CODES)?,
-            walks: Map::new(MapKind::ProgArray, 4, 4, MINORS.len() as u32)?,
-            loaded: MINORS.iter().map(|_| None).collect(),
+            walks: Map::new(MapKind::ProgArray, 4, 4, MAX_LAYOUTS as u32)?,
+            loaded: Vec::new(),
+            layouts: Layouts::default(),
             wanted: Vec::new(),
             ring: None,
         })
     }
 
-    /// Process `tgid` runs a CPython of `layout` (see [`layout_index`]):
-    /// the walk of that layout is loaded if it was not.
+    /// The index of `layout`'s walk: the layouts met so far keep theirs, a
+    /// new one takes the next (`None` past [`MAX_LAYOUTS`]). Any layout
+    /// the tables or a runtime's published offsets give is walked: a patch
+    /// release that moves a field gets its own walk, not a refusal.
+    pub fn layout_index(&mut self, layout: &Layout) -> Option<u32> {
+        let i = self.layouts.index_of(layout)?;
+        self.loaded.resize_with(self.layouts.0.len(), || None);
+        Some(i)
+    }
+
+    /// Process `tgid` runs a CPython of layout `layout` (an index from
+    /// [`WalkerMaps::layout_index`]): the walk of that layout is loaded if
+    /// it was not.
     pub fn add_process(&mut self, tgid: u32, layout: u32) -> Result<(), BpfError> {
         if !self.wanted.contains(&layout) {
             self.wanted.push(layout);
@@ -196,8 +227,8 @@ impl WalkerMaps {
     ) -> Result<Program, BpfError> {
         self.ring = Some(ring.map(RingBuffer::fd));
         let program = Program::perf_event(&self.dispatcher().ok_or(BpfError::Build)?)?;
-        if let Some(i) = first.and_then(|m| MINORS.iter().position(|&x| x == m)) {
-            self.wanted.push(i as u32);
+        if let Some(i) = first.and_then(known).and_then(|l| self.layout_index(&l)) {
+            self.wanted.push(i);
         }
         self.load_walks()?;
         Ok(program)
@@ -217,7 +248,7 @@ impl WalkerMaps {
         };
         for &i in &self.wanted {
             let i = i as usize;
-            let Some(layout) = MINORS.get(i).and_then(|&m| known(m)) else {
+            let Some(layout) = self.layouts.0.get(i).cloned() else {
                 continue;
             };
             if !matches!(self.loaded.get(i), Some(None)) {
@@ -347,6 +378,15 @@ fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
         c.jump(asm::jne_imm(R0, 0, 0), out);
         let entry = (HEAD + i * ENTRY) as i16;
         let field = |off: u64| FRAME_AT + off as i16;
+        if l.tagged_code {
+            // 3.14+: the executable's low two bits are flags (see
+            // `Layout::code_of`); every use below takes the address.
+            c.push([
+                asm::load(Size::DW, R1, FP, field(l.frame_code)),
+                asm::and_imm(R1, -4),
+                asm::store(Size::DW, FP, field(l.frame_code), R1),
+            ]);
+        }
         c.push([asm::store(Size::DW, R9, entry, R8)]);
         c.push([
             asm::load(Size::DW, R1, FP, field(l.frame_code)),
@@ -608,7 +648,8 @@ impl Record {
     pub fn runs(&self, layout: &Layout) -> Vec<Run> {
         let mut runs = Vec::new();
         let mut current = Run::default();
-        for &[addr, code, instr, marker] in &self.frames {
+        let last = self.frames.len().wrapping_sub(1);
+        for (i, &[addr, code, instr, marker]) in self.frames.iter().enumerate() {
             let identity = marker >> 8;
             let lasti = || i64::from(instr as u32 as i32);
             let index = || {
@@ -636,7 +677,10 @@ impl Record {
                     }
                 }
                 FrameModel::EntryShim { .. } => {
-                    if marker & 0xff == u64::from(OWNED_BY_CSTACK) {
+                    let shim = marker & 0xff == u64::from(OWNED_BY_CSTACK);
+                    if shim && layout.base_frame && i == last && !self.is_full() {
+                        // 3.15's base frame ends a whole chain: no call.
+                    } else if shim {
                         current.marker = Some(addr);
                         runs.push(std::mem::take(&mut current));
                     } else {
@@ -720,21 +764,25 @@ mod tests {
     }
 
     #[test]
-    fn the_313_table_is_what_313_publishes() {
+    fn each_layout_met_has_its_own_walk() {
+        let mut maps = Layouts::default();
         // `from_debug_offsets` of 3.13.0's published values gives the
-        // table the program is built with.
+        // table a 3.13 command is walked with from its start.
         let l = known(13).expect("3.13.0's layout");
-        assert_eq!(layout_index(&l), Some(5));
+        assert_eq!(maps.index_of(&l), Some(0));
+        assert_eq!(maps.index_of(&l), Some(0));
         let mut other = l.clone();
         other.frame_back = 16;
-        assert_eq!(
-            layout_index(&other),
-            None,
-            "another 3.13 layout is not walked"
-        );
-        for minor in 8..=12 {
+        assert_eq!(maps.index_of(&other), Some(1), "another build's own walk");
+        for minor in 8..=12u8 {
             let t = Layout::for_version(3, minor).unwrap();
-            assert_eq!(layout_index(&t), Some(u32::from(minor - 8)));
+            assert_eq!(maps.index_of(&t), Some(u32::from(minor) - 6));
         }
+        for n in 0..u64::from(MAX_LAYOUTS as u32) {
+            other.frame_instr = 100 + n;
+            maps.index_of(&other);
+        }
+        other.frame_instr = 1;
+        assert_eq!(maps.index_of(&other), None, "past {MAX_LAYOUTS}");
     }
 }

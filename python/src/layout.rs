@@ -81,6 +81,23 @@ pub struct Layout {
     pub ascii_data: u64,
     /// Where a compact non-ASCII string's start (`sizeof(PyCompactUnicodeObject)`).
     pub compact_data: u64,
+    /// 3.14+: the frame's executable is a tagged reference (`_PyStackRef`):
+    /// its low two bits are flags, not address.
+    pub tagged_code: bool,
+    /// 3.15+: each thread's chain ends in a base frame the thread state
+    /// holds (owned like an eval-loop call's shim, no call of its own).
+    pub base_frame: bool,
+}
+
+impl Layout {
+    /// The code object a frame's `executable` word points to.
+    pub fn code_of(&self, executable: u64) -> u64 {
+        if self.tagged_code {
+            executable & !3
+        } else {
+            executable
+        }
+    }
 }
 
 /// The `owner` of a 3.12+ frame that an eval-loop call keeps on the C stack.
@@ -132,6 +149,8 @@ impl Layout {
                 code_adaptive: None,
                 ascii_data: before_312_strings.0,
                 compact_data: before_312_strings.1,
+                tagged_code: false,
+                base_frame: false,
             },
             11 => Layout {
                 version: (3, 11),
@@ -157,6 +176,8 @@ impl Layout {
                 code_adaptive: Some(184),
                 ascii_data: before_312_strings.0,
                 compact_data: before_312_strings.1,
+                tagged_code: false,
+                base_frame: false,
             },
             12 => Layout {
                 version: (3, 12),
@@ -184,71 +205,150 @@ impl Layout {
                 code_adaptive: Some(192),
                 ascii_data: 40,
                 compact_data: 56,
+                tagged_code: false,
+                base_frame: false,
             },
             _ => return None,
         };
         Some(l)
     }
 
-    /// The layout a 3.13 runtime publishes in its `_Py_DebugOffsets`
-    /// (`bytes`: the start of `_PyRuntime`, at least [`DEBUG_OFFSETS_LEN`]
-    /// bytes; `runtime_size`: the `_PyRuntime` symbol's size). `None` when
-    /// the cookie is missing, the version is not 3.13 (later versions may
-    /// order the fields otherwise), or the values disagree with themselves.
+    /// The layout a 3.13, 3.14 or 3.15 runtime publishes in its
+    /// `_Py_DebugOffsets` (`bytes`: the start of `_PyRuntime`, at least
+    /// [`DEBUG_OFFSETS_LEN`] bytes; `runtime_size`: the `_PyRuntime`
+    /// symbol's size). `None` when the cookie is missing, the version is not
+    /// one whose field order is known here (each minor version moves
+    /// fields: see [`Positions`]), the build is free-threaded, or the values
+    /// disagree with themselves or with what is known of the version.
     pub fn from_debug_offsets(bytes: &[u8], runtime_size: u64) -> Option<Layout> {
         if bytes.get(..8)? != b"xdebugpy" {
             return None;
         }
         let field = |i: usize| -> Option<u64> {
-            let b = bytes.get(i..i + 8)?;
+            let b = bytes.get(i..i.checked_add(8)?)?;
             Some(u64::from_le_bytes(b.try_into().ok()?))
         };
         let version = field(8)?;
-        if version >> 16 != 0x030d || field(16)? != 0 {
-            // Another version, or a free-threaded build (other layouts).
+        let minor = u8::try_from((version >> 16) & 0xff).ok()?;
+        let at = Positions::of(minor).filter(|_| version >> 24 == 3)?;
+        if field(16)? != 0 {
+            // A free-threaded build (other layouts).
             return None;
         }
-        let code_size = field(272)?;
-        let adaptive = field(344)?;
-        // Checks: the runtime's size is the symbol's, and the bytecode
-        // follows the code object's fixed part.
-        if field(24)? != runtime_size || adaptive + 8 != code_size || field(224)? != 80 {
+        let code_size = field(at.code_size)?;
+        let adaptive = field(at.code_adaptive)?;
+        // Checks: the runtime's size is the symbol's, the bytecode follows
+        // the code object's fixed part, the frame is as large as known.
+        if field(24)? != runtime_size
+            || adaptive.checked_add(8)? != code_size
+            || field(at.frame_size)? != at.expected_frame_size
+        {
             return None;
         }
+        // Offsets into one object each: a value past a few KiB is not one.
+        let small = |i: usize| field(i).filter(|&v| v < 1 << 16);
         Some(Layout {
-            version: (3, 13),
+            version: (3, minor),
             model: FrameModel::EntryShim {
                 in_thread_state: true,
             },
-            runtime_interpreters_head: field(40)?,
-            interp_next: field(64)?,
-            interp_threads_head: field(72)?,
-            tstate_next: field(168)?,
-            tstate_thread_id: field(192)?,
-            tstate_native_thread_id: Some(field(200)?),
-            tstate_frame: field(184)?,
+            runtime_interpreters_head: field(40).filter(|&v| v < runtime_size)?,
+            interp_next: small(64)?,
+            interp_threads_head: small(72)?,
+            tstate_next: small(at.tstate_next)?,
+            tstate_thread_id: small(at.tstate_thread_id)?,
+            tstate_native_thread_id: Some(small(at.tstate_thread_id + 8)?),
+            tstate_frame: small(at.tstate_current_frame)?,
             cframe_current_frame: 0,
-            frame_code: field(240)?,
-            frame_back: field(232)?,
-            frame_instr: field(248)?,
-            frame_marker: field(264)?,
-            code_filename: field(280)?,
-            code_name: field(288)?,
-            code_qualname: Some(field(296)?),
-            code_firstlineno: field(312)?,
-            code_linetable: field(304)?,
-            // Not published: 3.13.0's, checked against its DWARF.
-            code_firsttraceable: Some(adaptive - 16),
+            frame_code: small(at.frame_size + 16)?,
+            frame_back: small(at.frame_size + 8)?,
+            frame_instr: small(at.frame_size + 24)?,
+            frame_marker: small(at.frame_owner)?,
+            code_filename: small(at.code_size + 8)?,
+            code_name: small(at.code_size + 16)?,
+            code_qualname: Some(small(at.code_size + 24)?),
+            code_firstlineno: small(at.code_size + 40)?,
+            code_linetable: small(at.code_size + 32)?,
+            // Not published: 16 bytes before the bytecode since 3.13
+            // (checked against 3.13.0's DWARF and 3.14's and 3.15's headers).
+            code_firsttraceable: Some(adaptive.checked_sub(16)?),
             code_adaptive: Some(adaptive),
-            ascii_data: field(560)?,
-            // Not published either: sizeof(PyCompactUnicodeObject) since 3.12.
+            ascii_data: small(at.ascii_size)?,
+            // Not published before 3.15: sizeof(PyCompactUnicodeObject)
+            // since 3.12.
             compact_data: 56,
+            tagged_code: minor >= 14,
+            base_frame: minor >= 15,
         })
     }
 }
 
-/// Bytes of 3.13's `_Py_DebugOffsets` this crate reads.
-pub const DEBUG_OFFSETS_LEN: usize = 584;
+/// Where a minor version's `_Py_DebugOffsets` keeps the fields this crate
+/// reads (byte positions in the struct; the frame's and code object's
+/// fields follow their `size` in the order CPython lists them: `previous`,
+/// `executable`, `instr_ptr`; `filename`, `name`, `qualname`, `linetable`,
+/// `firstlineno`). Read from each version's header and checked against live
+/// processes of 3.13.0, 3.13.18, 3.14.10 and 3.15.2.
+#[derive(Debug, Clone, Copy)]
+struct Positions {
+    tstate_next: usize,
+    tstate_current_frame: usize,
+    /// `thread_id`; `native_thread_id` follows.
+    tstate_thread_id: usize,
+    frame_size: usize,
+    expected_frame_size: u64,
+    frame_owner: usize,
+    code_size: usize,
+    code_adaptive: usize,
+    ascii_size: usize,
+}
+
+impl Positions {
+    fn of(minor: u8) -> Option<Positions> {
+        Some(match minor {
+            13 => Positions {
+                tstate_next: 168,
+                tstate_current_frame: 184,
+                tstate_thread_id: 192,
+                frame_size: 224,
+                expected_frame_size: 80,
+                frame_owner: 264,
+                code_size: 272,
+                code_adaptive: 344,
+                ascii_size: 560,
+            },
+            // 3.14 adds `threads_main` to the interpreter's fields.
+            14 => Positions {
+                tstate_next: 192,
+                tstate_current_frame: 208,
+                tstate_thread_id: 216,
+                frame_size: 248,
+                expected_frame_size: 88,
+                frame_owner: 288,
+                code_size: 312,
+                code_adaptive: 384,
+                ascii_size: 640,
+            },
+            // 3.15 adds more thread-state fields and `err_stackitem`.
+            15 => Positions {
+                tstate_next: 192,
+                tstate_current_frame: 208,
+                tstate_thread_id: 240,
+                frame_size: 312,
+                expected_frame_size: 88,
+                frame_owner: 352,
+                code_size: 376,
+                code_adaptive: 448,
+                ascii_size: 736,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// Bytes of `_Py_DebugOffsets` this crate reads (3.15's whole struct; the
+/// runtime that starts with it is far larger).
+pub const DEBUG_OFFSETS_LEN: usize = 888;
 
 /// The size of 3.13.0's `_PyRuntime`.
 pub(crate) const RUNTIME_SIZE_3130: u64 = 283_320;
@@ -309,6 +409,115 @@ mod tests {
         free_threaded[16] = 1;
         assert!(Layout::from_debug_offsets(&free_threaded, 283_320).is_none());
         assert!(Layout::from_debug_offsets(b"garbage", 0).is_none());
+    }
+
+    /// 3.14.10's and 3.15.2's `_Py_DebugOffsets` as Debian sid's
+    /// processes publish them (the words read: position, value).
+    fn published(version: u64, words: &[(usize, u64)]) -> Vec<u8> {
+        let mut b = vec![0u8; DEBUG_OFFSETS_LEN];
+        b[..8].copy_from_slice(b"xdebugpy");
+        b[8..16].copy_from_slice(&version.to_le_bytes());
+        for &(at, v) in words {
+            b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn the_314_and_315_offsets_are_read_where_each_version_keeps_them() {
+        let v314 = published(
+            0x030e_0af0,
+            &[
+                (24, 316_616),
+                (40, 808),
+                (64, 7272),
+                (72, 7344),
+                (192, 8),
+                (208, 72),
+                (216, 152),
+                (224, 160),
+                (248, 88),
+                (256, 8),
+                (264, 0),
+                (272, 56),
+                (288, 74),
+                (312, 216),
+                (320, 112),
+                (328, 120),
+                (336, 128),
+                (344, 136),
+                (352, 68),
+                (384, 208),
+                (640, 40),
+            ],
+        );
+        let l = Layout::from_debug_offsets(&v314, 316_616).expect("3.14 offsets");
+        assert_eq!(l.version, (3, 14));
+        assert_eq!(
+            (l.runtime_interpreters_head, l.interp_threads_head),
+            (808, 7344)
+        );
+        assert_eq!((l.tstate_frame, l.tstate_native_thread_id), (72, Some(160)));
+        assert_eq!((l.frame_back, l.frame_instr, l.frame_marker), (8, 56, 74));
+        assert_eq!(
+            (l.code_filename, l.code_qualname, l.code_firstlineno),
+            (112, Some(128), 68)
+        );
+        assert_eq!(
+            (l.code_adaptive, l.code_firsttraceable),
+            (Some(208), Some(192))
+        );
+        assert!(l.tagged_code && !l.base_frame);
+        assert_eq!(l.code_of(0xb52bb1), 0xb52bb0);
+        let v315 = published(
+            0x030f_02f0,
+            &[
+                (24, 346_568),
+                (40, 936),
+                (64, 7264),
+                (72, 7336),
+                (192, 8),
+                (208, 72),
+                (240, 176),
+                (248, 184),
+                (312, 88),
+                (320, 8),
+                (328, 0),
+                (336, 56),
+                (352, 74),
+                (376, 216),
+                (384, 112),
+                (392, 120),
+                (400, 128),
+                (408, 136),
+                (416, 68),
+                (448, 208),
+                (736, 40),
+            ],
+        );
+        let l = Layout::from_debug_offsets(&v315, 346_568).expect("3.15 offsets");
+        assert_eq!(l.version, (3, 15));
+        assert_eq!(
+            (l.tstate_thread_id, l.tstate_native_thread_id),
+            (176, Some(184))
+        );
+        assert_eq!(l.runtime_interpreters_head, 936);
+        assert!(l.tagged_code && l.base_frame);
+        // 3.15's image read with 3.14's positions would disagree with
+        // itself: a version's positions are its own.
+        let mut as_314 = v315.clone();
+        as_314[8..16].copy_from_slice(&0x030e_0af0u64.to_le_bytes());
+        assert!(Layout::from_debug_offsets(&as_314, 346_568).is_none());
+        // A torn offset (past any object) is refused.
+        let mut torn = v314.clone();
+        torn[320..328].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Layout::from_debug_offsets(&torn, 316_616).is_none());
+        let mut v316 = v315;
+        v316[8..16].copy_from_slice(&0x0310_00a0u64.to_le_bytes());
+        assert!(
+            Layout::from_debug_offsets(&v316, 346_568).is_none(),
+            "3.16: unknown order"
+        );
     }
 
     #[test]

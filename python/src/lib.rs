@@ -1,10 +1,10 @@
 //! Python frames of a running CPython, read from outside the process:
-//! CPython 3.8 to 3.13 on x86-64 Linux, as a shared `libpython3.X.so` or
+//! CPython 3.8 to 3.15 on x86-64 Linux, as a shared `libpython3.X.so` or
 //! linked statically into `python3.X` (Debian's).
 //!
 //! [`Interpreter::find`] looks for the binary that holds `_PyRuntime` among
 //! a process's mappings and reads its layout (a table per minor version,
-//! or what 3.13 publishes about itself, [`layout`]). [`Interpreter::threads`]
+//! or what 3.13 and later publish about themselves, [`layout`]). [`Interpreter::threads`]
 //! walks the runtime's thread states and each thread's frame chain, cut
 //! into runs: one run per call of the eval loop (`_PyEval_EvalFrameDefault`)
 //! in the thread's native stack, innermost first, so a caller that holds
@@ -26,6 +26,7 @@
 pub mod binary;
 pub mod bpf;
 pub mod code;
+mod cold;
 pub mod layout;
 pub mod memory;
 
@@ -107,7 +108,7 @@ pub struct Interpreter {
 #[non_exhaustive]
 pub enum FindError {
     /// The process's binary says it is a CPython this crate has no layout for.
-    #[error("CPython {0}.{1} in {2}: no layout known for this version (3.8 to 3.13 are)")]
+    #[error("CPython {0}.{1} in {2}: no layout known for this version (3.8 to 3.15 are)")]
     UnknownVersion(u8, u8, String),
     /// Its binary could not be read.
     #[error(transparent)]
@@ -266,7 +267,7 @@ impl Interpreter {
         let runtime = binary.runtime.0.wrapping_add(bias);
         let layout = match Layout::for_version(major, minor) {
             Some(l) => l,
-            None if (major, minor) == (3, 13) => {
+            None if major == 3 && minor >= 13 => {
                 let mut head = vec![0; DEBUG_OFFSETS_LEN];
                 mem.read(runtime, &mut head).map_err(AtError::Memory)?;
                 Layout::from_debug_offsets(&head, binary.runtime.1)
@@ -383,7 +384,7 @@ impl Interpreter {
     /// Reads the frame at `frame` into `walk`; returns the older frame.
     fn step(&self, mem: &dyn Memory, frame: u64, walk: &mut Walk) -> io::Result<u64> {
         let l = &self.layout;
-        let code = mem.u64(frame.wrapping_add(l.frame_code))?;
+        let code = l.code_of(mem.u64(frame.wrapping_add(l.frame_code))?);
         let back = mem.u64(frame.wrapping_add(l.frame_back))?;
         match l.model {
             FrameModel::Objects { .. } => {
@@ -410,7 +411,9 @@ impl Interpreter {
             }
             FrameModel::EntryShim { .. } => {
                 let owner = mem.u8(frame.wrapping_add(l.frame_marker))?;
-                if owner == OWNED_BY_CSTACK {
+                if owner == OWNED_BY_CSTACK && back == 0 && l.base_frame {
+                    // 3.15's base frame ends the chain: no call of its own.
+                } else if owner == OWNED_BY_CSTACK {
                     // The shim is a local of its eval-loop call: it marks
                     // the run above it, and is not a Python frame.
                     walk.close(Some(frame));

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use flamerec_bpf::RingBuffer;
 use flamerec_perf::sys::{self, Counter, EventConfig};
-use flamerec_python::bpf::{layout_index, Record, WalkerMaps};
+use flamerec_python::bpf::{Record, WalkerMaps};
 use flamerec_python::{CodeInfo, Interpreter, Process};
 
 mod common;
@@ -78,7 +78,9 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
                 panic!("BPF is not usable here, so this test cannot run (as root it is): {e}")
             }
         };
-        let index = layout_index(&interp.layout).unwrap_or_else(|| panic!("{what}: layout"));
+        let index = maps
+            .layout_index(&interp.layout)
+            .unwrap_or_else(|| panic!("{what}: layout"));
         maps.add_process(pid, index).expect("process");
         maps.add_thread(pid, main.tstate).expect("thread");
         let mut ring = RingBuffer::new(1 << 20).expect("a ring buffer");

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use flamerec_bpf::{BpfError, Program, RingBuffer};
 use flamerec_convert::Converter;
 use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
-use flamerec_python::bpf::{layout_index, Entry, Record, WalkerMaps};
+use flamerec_python::bpf::{Entry, Record, WalkerMaps};
 use flamerec_python::{
     code_identity, is_cpython_binary, CodeInfo, FindError, Interpreter, Memory, Process, PyFrame,
 };
@@ -245,8 +245,8 @@ impl Python {
             }
             _ => return,
         };
-        let Some(index) = layout_index(&interp.layout) else {
-            // A 3.13 that publishes other offsets than 3.13.0's.
+        let Some(index) = self.maps.layout_index(&interp.layout) else {
+            // More distinct layouts than one recording walks.
             let (major, minor, micro) = interp.version;
             self.unknown.insert(format!("{major}.{minor}.{micro}"));
             return;
@@ -283,7 +283,7 @@ impl Python {
         let Some(interp) = self.procs.get(&parent).map(|p| p.interp.clone()) else {
             return;
         };
-        let Some(index) = layout_index(&interp.layout) else {
+        let Some(index) = self.maps.layout_index(&interp.layout) else {
             return;
         };
         if self.maps.add_process(child, index).is_err() {
@@ -357,7 +357,7 @@ impl Python {
         let warnings = self
             .unknown
             .iter()
-            .map(|v| format!("CPython {v} ran, a version flamerec has no layout for (it knows 3.8 to 3.13.0's): its samples keep their native frames"))
+            .map(|v| format!("CPython {v} ran, a version flamerec has no layout for (it knows 3.8 to 3.15; from 3.13 as the runtime publishes it): its samples keep their native frames"))
             .collect();
         PythonEnd {
             names: self.names,
