@@ -861,3 +861,63 @@ fn forked_workers_show_their_python_frames() {
         check(12, "3.12", &out, method);
     }
 }
+
+/// A recorder killed with SIGKILL leaves its Python names: they reach the
+/// file as they are learned, in its chunks (at least once a second), not
+/// only in the names section written at the end. Named: ≥ 50% of the
+/// samples the cut file holds, as `shown` asks of whole recordings (the
+/// first second is start-up and the first names); `[python]+0x…` (a frame
+/// whose name was lost) in none.
+#[test]
+fn a_recorder_killed_midway_keeps_its_python_names() {
+    if !bpf_usable() {
+        return;
+    }
+    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    // A copy of its own: only this test's program is stopped by its path.
+    let script = dir.path().join("killed-known.py");
+    std::fs::copy(SCRIPT, &script).expect("copy known.py");
+    let out = dir.path().join("k.frec");
+    let _running = workload();
+    let mut child = flamerec()
+        .args(["record", "-q", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&py)
+        .arg(&script)
+        .arg("100000")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run flamerec");
+    wait_for("the recording to hold Python frames' names", || {
+        std::fs::metadata(&out).map_or(0, |m| m.len()) > 20_000
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let running = child.try_wait().expect("poll flamerec").is_none();
+    child.kill().expect("kill -9 flamerec");
+    // The program holds the recorder's stderr open: stopped first.
+    let _ = std::process::Command::new("pkill")
+        .arg("-KILL")
+        .arg("-f")
+        .arg(&script)
+        .status();
+    let o = child.wait_with_output().expect("reap flamerec");
+    assert!(
+        running,
+        "flamerec ended before it was killed: {}",
+        stderr(&o)
+    );
+    let stacks = fold(&out, &[]);
+    let s = shown("killed", &stacks);
+    assert!(
+        s.named * 2 >= s.samples,
+        "{} of {} samples show known.py's frames",
+        s.named,
+        s.samples
+    );
+    let lost = share(&stacks, |f| f.iter().any(|f| f.starts_with("[python]+")));
+    assert_eq!(lost, 0.0, "Python frames without their names");
+}

@@ -47,4 +47,7 @@ pub(crate) mod tag {
     /// A process's identity: its cgroup, container and pid in its own
     /// pid namespace (2.1).
     pub const IDENTITY: u8 = 66;
+    /// Names the recorder made itself (Python code), as it learned them:
+    /// the names record's payload, before the trailer (2.1).
+    pub const OWN_NAMES: u8 = 67;
 }

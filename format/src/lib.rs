@@ -36,6 +36,7 @@
 //! | 64 | names | optional record: names of sampled user frames ([`write_names`]) |
 //! | 65 | names end | optional record: JSON [`NamesEnd`]; last record of the file |
 //! | 66 | identity | optional record (2.1): JSON [`Identity`], a process's cgroup, container and pid in its own namespace; before the trailer |
+//! | 67 | own names | optional record (2.1): names the recorder made itself (Python code), as a names record's payload, written as they are learned; before the trailer |
 //!
 //! Tags from 64 on frame their record as `tag, length, payload`, so a reader
 //! skips optional records it does not know. The names section (format 1.1)

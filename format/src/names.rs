@@ -143,7 +143,7 @@ fn optional_record(out: &mut Vec<u8>, t: u8, body: &[u8]) {
     put_bytes(out, body);
 }
 
-fn encode(frames: &[&(FrameId, Vec<String>)]) -> Vec<u8> {
+pub(crate) fn encode(frames: &[&(FrameId, Vec<String>)]) -> Vec<u8> {
     // Strings sorted, so neighbours share prefixes (zstd finds them);
     // chains (a frame's list of names) interned, as many frames share one.
     let mut strings: Vec<&str> = frames

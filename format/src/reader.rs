@@ -365,6 +365,11 @@ impl<R: Read> Reader<R> {
                         names::decode(body, frames, &mut map)?;
                         items.push(Item::Names(map));
                     }
+                    tag::OWN_NAMES if !self.after_totals => {
+                        let mut map = std::collections::HashMap::new();
+                        names::decode(body, frames, &mut map)?;
+                        items.push(Item::Names(map));
+                    }
                     tag::IDENTITY if !self.after_totals => {
                         let id =
                             serde_json::from_slice(body).map_err(|_| DecodeFail("identity"))?;

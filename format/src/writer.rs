@@ -225,6 +225,20 @@ impl<W: Write> Writer<W> {
         put_u64(&mut self.buf, u64::from(tid));
     }
 
+    /// Names of frames the recorder named itself, written as they are
+    /// learned (an optional record before the trailer: a recording cut
+    /// before its names section keeps them; readers of 2.0 skip it).
+    pub fn own_names(&mut self, names: &[(FrameId, Vec<String>)]) {
+        if names.is_empty() {
+            return;
+        }
+        self.emit_samples();
+        let refs: Vec<&(FrameId, Vec<String>)> = names.iter().collect();
+        let body = crate::names::encode(&refs);
+        self.buf.push(tag::OWN_NAMES);
+        put_bytes(&mut self.buf, &body);
+    }
+
     /// A process's identity (an optional record: readers of 2.0 skip it).
     pub fn identity(&mut self, id: &Identity) {
         // Keep stream order with the samples before it.

@@ -163,6 +163,8 @@ pub(crate) struct Python {
     stale: HashSet<u32>,
     /// Names of the Python frames, for the names section.
     pub names: Vec<(FrameId, Vec<String>)>,
+    /// Of those, how many were written as learned (see [`Python::new_names`]).
+    names_written: usize,
     pub stats: PythonStats,
     /// By version, the processes gone and what their samples showed.
     read: BTreeMap<String, PythonRead>,
@@ -217,6 +219,7 @@ impl Python {
                 next_address: 0,
                 stale: HashSet::new(),
                 names: Vec::new(),
+                names_written: 0,
                 stats: PythonStats::default(),
                 read: BTreeMap::new(),
                 unknown: BTreeSet::new(),
@@ -427,6 +430,14 @@ impl Python {
                 None
             }
         }
+    }
+
+    /// The names made since the last call: written into the recording as
+    /// they are learned, so a recorder killed before its names section
+    /// leaves them (no binary can name Python frames later).
+    pub(crate) fn new_names(&mut self) -> &[(FrameId, Vec<String>)] {
+        let from = std::mem::replace(&mut self.names_written, self.names.len());
+        &self.names[from..]
     }
 
     /// End of a round: the thread states of processes with threads the

@@ -332,6 +332,7 @@ impl<W: io::Write> State<W> {
         }
         if let Some(p) = &mut self.python {
             p.end_round();
+            self.conv.writer_mut().own_names(p.new_names());
         }
         late
     }
