@@ -127,12 +127,17 @@ impl Map {
     /// value one after another, each padded to a multiple of 8 bytes.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, BpfError> {
         let key = self.sized(key, self.key_size)?;
-        let len = match self.kind {
-            MapKind::PerCpuArray => self.value_size.div_ceil(8) * 8 * possible_cpus(),
-            _ => self.value_size,
+        let per_cpu = self.kind == MapKind::PerCpuArray;
+        let len = match per_cpu {
+            true => sys::per_cpu_len(self.value_size).map_err(BpfError::Element)?,
+            false => self.value_size,
         };
         let mut value = vec![0; len];
-        match sys::map_lookup(&self.fd, key, &mut value) {
+        let lookup = match per_cpu {
+            true => sys::map_lookup_per_cpu(&self.fd, key, self.value_size, &mut value),
+            false => sys::map_lookup(&self.fd, key, &mut value),
+        };
+        match lookup {
             Ok(true) => Ok(Some(value)),
             Ok(false) => Ok(None),
             Err(e) => Err(BpfError::Element(e)),
@@ -198,18 +203,21 @@ impl RingBuffer {
     }
 }
 
-/// How many CPUs the kernel may ever bring up (`/sys/devices/system/cpu/possible`):
-/// per-CPU maps hold a value for each.
-pub fn possible_cpus() -> usize {
-    std::fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|t| {
-            t.trim()
-                .split(',')
-                .filter_map(|p| p.rsplit('-').next()?.parse::<usize>().ok())
-                .max()
+/// How many CPUs the kernel may ever bring up (`/sys/devices/system/cpu/possible`,
+/// the kernel's own count): per-CPU maps hold a value for each. An error
+/// where that cannot be read: no count is guessed.
+pub fn possible_cpus() -> std::io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    flamerec_perf::procfs::parse_cpu_list(&text)
+        .into_iter()
+        .max()
+        .map(|last| last as usize + 1)
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("cannot read the possible CPUs from {text:?}"),
+            )
         })
-        .map_or(1, |last| last + 1)
 }
 
 /// A loaded program.

@@ -93,6 +93,34 @@ pub(crate) fn map_create(
     bpf(BPF_MAP_CREATE, &mut attr).map(fd_of)
 }
 
+/// The bytes a per-CPU map's value takes: each possible CPU's value,
+/// padded to 8 bytes (the kernel's layout).
+pub(crate) fn per_cpu_len(value_size: usize) -> io::Result<usize> {
+    value_size
+        .div_ceil(8)
+        .checked_mul(8)
+        .and_then(|v| v.checked_mul(crate::possible_cpus().ok()?))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "per-CPU value size"))
+}
+
+/// Reads a per-CPU map's value of `key` (values of `value_size` bytes)
+/// into `value`, which must hold every possible CPU's: the kernel writes
+/// that many, so a shorter buffer is refused here, before it is handed over.
+pub(crate) fn map_lookup_per_cpu(
+    map: &OwnedFd,
+    key: &[u8],
+    value_size: usize,
+    value: &mut [u8],
+) -> io::Result<bool> {
+    if value.len() < per_cpu_len(value_size)? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a per-CPU value buffer smaller than every possible CPU's values",
+        ));
+    }
+    map_lookup(map, key, value)
+}
+
 /// Reads the value of `key` into `value`; `Ok(false)` where there is none.
 pub(crate) fn map_lookup(map: &OwnedFd, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
     let mut attr = MapElem {

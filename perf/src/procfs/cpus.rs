@@ -38,6 +38,10 @@ mod tests {
     fn lists_with_ranges_singles_and_garbage() {
         assert_eq!(parse_cpu_list("0-3,8,10-11\n"), [0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(parse_cpu_list("5"), [5]);
+        // The kernel's formats (possible, online, Cpus_allowed_list).
+        assert_eq!(parse_cpu_list("0\n"), [0]);
+        assert_eq!(parse_cpu_list("0-3\n"), [0, 1, 2, 3]);
+        assert_eq!(parse_cpu_list("0,2-5,7\n"), [0, 2, 3, 4, 5, 7]);
         assert_eq!(parse_cpu_list("3-1,x,2"), [2]);
         assert!(parse_cpu_list("").is_empty());
         assert!(!online_cpus().is_empty());
