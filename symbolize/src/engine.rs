@@ -32,13 +32,11 @@ pub fn symbolize(
     prefetch: &Prefetch,
     embedded: Option<&Embedded>,
 ) -> Symbols {
-    let (outcomes, cache_error) = per_module(tables, used, opts, prefetch, embedded, |m, f, c| {
+    let (outcomes, warnings) = per_module(tables, used, opts, prefetch, embedded, |m, f, c| {
         symbolize_module(tables, m, f, c)
     });
     let mut out = merge(tables, outcomes);
-    if let Some(e) = cache_error {
-        out.warnings.push(e);
-    }
+    out.warnings.extend(warnings);
     out
 }
 
@@ -54,8 +52,8 @@ pub fn reads_binaries(tables: &Tables, used: &[FrameId], embedded: Option<&Embed
 }
 
 /// Runs `each` on every module's sorted frames, in parallel (biggest
-/// binaries first), and returns the results in module order with the first
-/// symbol cache error, if any. When no module reads a binary, they run in
+/// binaries first), and returns the results in module order with the
+/// warnings of reading perf maps and the first symbol cache error, if any. When no module reads a binary, they run in
 /// turn on the calling thread.
 fn per_module<T: Send>(
     tables: &Tables,
@@ -64,7 +62,7 @@ fn per_module<T: Send>(
     prefetch: &Prefetch,
     embedded: Option<&Embedded>,
     each: impl Fn(ModuleId, &[(FrameId, u64)], &Context<'_>) -> T + Sync,
-) -> (Vec<T>, Option<String>) {
+) -> (Vec<T>, Vec<String>) {
     let mut by_module: FxHashMap<ModuleId, Vec<(FrameId, u64)>> = FxHashMap::default();
     for &id in used {
         if let Some(f) = tables.frames.get(id as usize) {
@@ -77,7 +75,7 @@ fn per_module<T: Send>(
         frames.sort_unstable_by_key(|&(id, addr)| (addr, id));
     }
 
-    let ctx = Context {
+    let mut ctx = Context {
         ktable: KernelTable::new(&tables.kernel_symbols),
         jit: match &opts.perf_map_dir {
             Some(dir) if has_anonymous(tables, &groups) => JitMaps::load(dir, &opts.pids),
@@ -137,7 +135,9 @@ fn per_module<T: Send>(
     };
     done.sort_unstable_by_key(|(i, _)| *i);
     let outcomes = done.into_iter().map(|(_, o)| o).collect();
-    (outcomes, ctx.cache_error.into_inner().ok().flatten())
+    let mut warnings = std::mem::take(&mut ctx.jit.warnings);
+    warnings.extend(ctx.cache_error.into_inner().ok().flatten());
+    (outcomes, warnings)
 }
 
 /// The embedded names as a table indexed by frame id: one pass over the

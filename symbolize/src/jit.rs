@@ -8,83 +8,48 @@
 //! every recorded process that has one and named only when all maps that
 //! cover it agree (see [`JitMaps::lookup`]).
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Lines longer than this are skipped (a symbol name, not a file dump).
-const MAX_LINE: u64 = 64 * 1024;
+use flamerec_jit::{PerfMap, Rules};
 
-/// One process's map, sorted by start address.
-#[derive(Debug, Default)]
-struct PerfMap {
-    entries: Vec<(u64, u64, String)>,
-}
-
-impl PerfMap {
-    fn parse<R: BufRead>(mut input: R) -> Self {
-        let mut entries = Vec::new();
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match (&mut input).take(MAX_LINE).read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            if let Some(e) = parse_line(&String::from_utf8_lossy(&line)) {
-                entries.push(e);
-            }
-        }
-        // Later lines win for the same start (a JIT may reuse code memory).
-        entries.reverse();
-        entries.sort_by_key(|e| e.0);
-        entries.dedup_by_key(|e| e.0);
-        PerfMap { entries }
-    }
-
-    fn lookup(&self, addr: u64) -> Option<&str> {
-        let i = self
-            .entries
-            .partition_point(|e| e.0 <= addr)
-            .checked_sub(1)?;
-        let (start, size, name) = self.entries.get(i)?;
-        (addr - start < *size).then_some(name.as_str())
-    }
-}
-
-fn parse_line(line: &str) -> Option<(u64, u64, String)> {
-    let line = line.trim_end_matches(['\n', '\r']);
-    let mut parts = line.splitn(3, ' ');
-    let start = hex(parts.next()?)?;
-    let size = hex(parts.next()?)?;
-    let name = parts.next()?.trim();
-    (size > 0 && !name.is_empty()).then(|| (start, size, name.to_string()))
-}
-
-fn hex(s: &str) -> Option<u64> {
-    let s = s.strip_prefix("0x").unwrap_or(s);
-    u64::from_str_radix(s, 16).ok()
-}
+/// The largest map read (larger ones are read up to it, and said).
+const MAX_MAP: u64 = 256 << 20;
 
 /// The perf maps of the recorded processes that have one.
 #[derive(Debug, Default)]
 pub(crate) struct JitMaps {
     maps: Vec<PerfMap>,
+    /// What was refused, one line each (a FIFO, a link, a huge file).
+    pub(crate) warnings: Vec<String>,
 }
 
 impl JitMaps {
-    /// Reads `DIR/perf-PID.map` for each pid, skipping missing or unreadable ones.
+    /// Reads `DIR/perf-PID.map` for each pid with the recorder's reader and
+    /// its rules (`flamerec_jit`): never through a symbolic link, never
+    /// blocking on a FIFO, a regular file only, bounded. A map's writer is
+    /// not known offline: the file's own owner is taken (a recorder knows
+    /// the process's uid and checks it). Missing maps are skipped quietly.
     pub(crate) fn load(dir: &Path, pids: &[u32]) -> Self {
-        let maps = pids
-            .iter()
-            .filter_map(|pid| {
-                let file = File::open(dir.join(format!("perf-{pid}.map"))).ok()?;
-                file.metadata().ok().filter(|m| m.is_file())?;
-                Some(PerfMap::parse(BufReader::new(file)))
-            })
-            .filter(|m| !m.entries.is_empty())
-            .collect();
-        JitMaps { maps }
+        let mut out = JitMaps::default();
+        for pid in pids {
+            let path = dir.join(format!("perf-{pid}.map"));
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let rules = Rules {
+                uid: meta.uid(),
+                max_len: MAX_MAP,
+                not_before: None,
+            };
+            let mut map = PerfMap::new(path, rules);
+            match map.finish(0) {
+                Ok(n) if n > 0 => out.maps.push(map),
+                Ok(_) => {}
+                Err(e) => out.warnings.push(format!("JIT names: {e}")),
+            }
+        }
+        out
     }
 
     /// Whether any map was found.
@@ -92,10 +57,16 @@ impl JitMaps {
         self.maps.is_empty()
     }
 
-    /// The name at `addr` when every map covering it gives the same name.
+    /// The name at `addr` when every map covering it gives the same name
+    /// (a map's later line wins over an earlier one at the same address).
     pub(crate) fn lookup(&self, addr: u64) -> Option<&str> {
         let mut found: Option<&str> = None;
-        for name in self.maps.iter().filter_map(|m| m.lookup(addr)) {
+        for name in self
+            .maps
+            .iter()
+            .filter_map(|m| m.lookup(addr, u64::MAX))
+            .map(|e| e.name.as_str())
+        {
             match found {
                 Some(f) if f != name => return None,
                 _ => found = Some(name),
@@ -109,15 +80,25 @@ impl JitMaps {
 mod tests {
     use super::*;
 
+    fn maps(dir: &Path, texts: &[&str]) -> JitMaps {
+        let pids: Vec<u32> = (1..=texts.len() as u32).collect();
+        for (pid, text) in pids.iter().zip(texts) {
+            std::fs::write(dir.join(format!("perf-{pid}.map")), text).unwrap();
+        }
+        JitMaps::load(dir, &pids)
+    }
+
     #[test]
     fn lines_parse_with_or_without_0x_and_bad_ones_are_skipped() {
-        let text = "7f0000001000 40 LazyCompile:~foo a.js:1\n\
-                    0x7f0000002000 0x10 py::bar:/x.py\n\
-                    garbage line\n\
-                    7f0000003000 0 empty\n\
-                    zz 10 bad\n";
-        let m = PerfMap::parse(text.as_bytes());
-        assert_eq!(m.entries.len(), 2);
+        let dir = tempfile::tempdir().unwrap();
+        let m = maps(
+            dir.path(),
+            &["7f0000001000 40 LazyCompile:~foo a.js:1\n\
+               0x7f0000002000 0x10 py::bar:/x.py\n\
+               garbage line\n\
+               7f0000003000 0 empty\n\
+               zz 10 bad\n"],
+        );
         assert_eq!(m.lookup(0x7f00_0000_1000), Some("LazyCompile:~foo a.js:1"));
         assert_eq!(m.lookup(0x7f00_0000_103f), Some("LazyCompile:~foo a.js:1"));
         assert_eq!(m.lookup(0x7f00_0000_1040), None);
@@ -127,16 +108,46 @@ mod tests {
 
     #[test]
     fn disagreeing_maps_name_nothing() {
-        let a = PerfMap::parse("1000 100 one\n".as_bytes());
-        let b = PerfMap::parse("1000 100 two\n2000 10 three\n".as_bytes());
-        let same = PerfMap::parse("1000 100 one\n".as_bytes());
-        let maps = JitMaps { maps: vec![a, b] };
-        assert_eq!(maps.lookup(0x1010), None);
-        assert_eq!(maps.lookup(0x2000), Some("three"));
-        let a = PerfMap::parse("1000 100 one\n".as_bytes());
-        let maps = JitMaps {
-            maps: vec![a, same],
-        };
-        assert_eq!(maps.lookup(0x1010), Some("one"));
+        let dir = tempfile::tempdir().unwrap();
+        let m = maps(
+            dir.path(),
+            &["1000 100 one\n", "1000 100 two\n2000 10 three\n"],
+        );
+        assert_eq!(m.lookup(0x1010), None);
+        assert_eq!(m.lookup(0x2000), Some("three"));
+        let m = maps(dir.path(), &["1000 100 one\n", "1000 100 one\n"]);
+        assert_eq!(m.lookup(0x1010), Some("one"));
+        // A later line for the same code wins.
+        let m = maps(dir.path(), &["1000 100 old\n1000 100 new\n"]);
+        assert_eq!(m.lookup(0x1010), Some("new"));
+    }
+
+    /// A FIFO named like a map is refused at once (it never blocks the
+    /// fold), and so is a symbolic link, each said once.
+    #[test]
+    fn a_fifo_or_a_link_named_like_a_map_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("perf-1.map");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "1000 100 secret\n").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("perf-2.map")).unwrap();
+        let started = std::time::Instant::now();
+        let m = JitMaps::load(dir.path(), &[1, 2, 3]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert!(m.is_empty());
+        assert_eq!(m.lookup(0x1010), None);
+        assert_eq!(m.warnings.len(), 2, "{:?}", m.warnings);
+        assert!(
+            m.warnings[0].contains("not a regular file"),
+            "{:?}",
+            m.warnings
+        );
+        assert!(
+            m.warnings[1].contains("a symbolic link"),
+            "{:?}",
+            m.warnings
+        );
     }
 }
