@@ -439,12 +439,18 @@ fn cpythons_started_by_another_command_are_read() {
 /// With `--python-lines` each Python frame names the line it was at when
 /// sampled: in known.py every `descend` but the innermost is at its
 /// recursive call, the innermost at `return work()`. Checked on every
-/// whole stack (measured: ≈ 900 samples; bound 100).
+/// whole stack (measured: ≈ 900 samples of 1,000 rounds; 2,000 rounds here,
+/// bound 100). It failed once beside a CPU hog and the rest of the suite
+/// (message lost; 0 of 10 runs beside two hogs alone since): it now runs
+/// alone, and says what it counted.
 #[test]
 fn python_lines_name_the_line_each_frame_was_at() {
     if !bpf_usable() {
         return;
     }
+    let Some(_alone) = measuring() else {
+        return;
+    };
     let Some((_, python)) = cpythons().into_iter().last() else {
         return;
     };
@@ -458,7 +464,7 @@ fn python_lines_name_the_line_each_frame_was_at() {
     let Some(o) = record(
         &out,
         &["--python-lines"],
-        &[python.to_str().unwrap(), SCRIPT, "1000"],
+        &[python.to_str().unwrap(), SCRIPT, "2000"],
     ) else {
         return;
     };
@@ -482,7 +488,11 @@ fn python_lines_name_the_line_each_frame_was_at() {
             );
         }
     }
-    assert!(checked >= 100, "{what}: {checked} whole stacks");
+    assert!(
+        checked >= 100,
+        "{what}: {checked} whole stacks; {}",
+        stderr(&o)
+    );
 }
 
 /// Runs the same function twice, each compiled from its own file name
