@@ -133,7 +133,8 @@ impl PythonBinary {
                 "Py_Version" => py_version = Some(sym.st_value),
                 "PyCode_Type" => code_type = Some(sym.st_value),
                 "_PyEval_EvalFrameDefault" | "_PyEval_EvalFrameDefault.cold" => {
-                    let range = (sym.st_value, sym.st_value + sym.st_size.max(1));
+                    let end = sym.st_value.saturating_add(sym.st_size.max(1));
+                    let range = (sym.st_value, end);
                     if !eval.contains(&range) {
                         eval.push(range);
                     }
@@ -150,7 +151,7 @@ impl PythonBinary {
                 (
                     p.p_vaddr.wrapping_sub(p.p_offset),
                     p.p_offset,
-                    p.p_offset + p.p_filesz,
+                    p.p_offset.saturating_add(p.p_filesz),
                 )
             })
             .collect();
@@ -182,7 +183,7 @@ impl PythonBinary {
         let &(delta, _, _) = self
             .segments
             .iter()
-            .find(|&&(_, from, to)| (from..to.max(from + 1)).contains(&pgoff))?;
+            .find(|&&(_, from, to)| (from..to.max(from.saturating_add(1))).contains(&pgoff))?;
         Some(start.wrapping_sub(delta.wrapping_add(pgoff)))
     }
 }

@@ -165,7 +165,8 @@ fn line_lnotab(table: &[u8], first: i32, offset: i64) -> i32 {
         if pc > offset {
             break;
         }
-        line += i32::from(pair[1] as i8);
+        // A torn table or first line wraps into a wrong line, never a panic.
+        line = line.wrapping_add(i32::from(pair[1] as i8));
     }
     line
 }
@@ -180,7 +181,7 @@ fn line_310(table: &[u8], first: i32, offset: i64) -> Option<i32> {
     for pair in table.chunks_exact(2) {
         let delta = pair[1] as i8;
         let here = (delta != -128).then(|| {
-            line += i32::from(delta);
+            line = line.wrapping_add(i32::from(delta));
             line
         });
         let end = start + i64::from(pair[0]);
@@ -216,18 +217,18 @@ fn line_311(table: &[u8], first: i32, index: i64) -> Option<i32> {
         let here = match form {
             15 => None,
             14 => {
-                line += svarint(&mut next)?;
+                line = line.checked_add(svarint(&mut next)?)?;
                 for _ in 0..3 {
                     varint(&mut next)?;
                 }
                 Some(line)
             }
             13 => {
-                line += svarint(&mut next)?;
+                line = line.checked_add(svarint(&mut next)?)?;
                 Some(line)
             }
             10..=12 => {
-                line += i32::from(form - 10);
+                line = line.checked_add(i32::from(form - 10))?;
                 next()?;
                 next()?;
                 Some(line)

@@ -30,7 +30,7 @@ mod cold;
 pub mod layout;
 pub mod memory;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -43,8 +43,9 @@ use layout::{DEBUG_OFFSETS_LEN, OB_TYPE, OWNED_BY_CSTACK};
 
 /// Most frames read of one thread: a deeper stack is cut there.
 pub const MAX_FRAMES: usize = 4096;
-/// Most thread states read of one interpreter.
-pub const MAX_THREADS: usize = 65_536;
+/// Most thread states read of a runtime (a list torn into a cycle or a
+/// runaway ends there).
+pub const MAX_THREADS: usize = 8_192;
 /// glibc's `struct pthread` holds the thread's tid here (2.36; checked
 /// against the other threads of the process before it is used).
 const PTHREAD_TID: u64 = 720;
@@ -176,6 +177,15 @@ pub struct Run {
     pub cut: bool,
 }
 
+/// A thread state, and the thread it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadState {
+    /// Its Linux thread id (`None` where it cannot be told).
+    pub tid: Option<u32>,
+    /// Its `PyThreadState`.
+    pub tstate: u64,
+}
+
 /// A thread's Python stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PyThread {
@@ -212,7 +222,7 @@ pub fn minor_of_binary(path: &std::path::Path) -> Option<u8> {
 /// maker's ids until the new thread runs and writes its own: read in that
 /// window, two states name the maker, and only one of them is its. Neither
 /// is trusted until a later read tells them apart.
-pub fn disown_shared_ids(threads: &mut [PyThread]) {
+pub fn disown_shared_ids(threads: &mut [ThreadState]) {
     let mut seen: HashMap<u32, usize> = HashMap::new();
     for t in threads.iter() {
         if let Some(tid) = t.tid {
@@ -289,29 +299,31 @@ impl Interpreter {
         })
     }
 
-    /// Every thread state of every interpreter of the runtime, with its
-    /// Python stack. `tids`: the process's threads (from /proc, see
-    /// [`thread_ids`]) as `(id the process knows, id here)`: they tell a
-    /// thread id read from its state from a stray value, and turn the id a
-    /// process in its own pid namespace knows into the host's. A thread id
-    /// two states claim is neither's (see [`disown_shared_ids`]).
-    pub fn threads(&self, mem: &dyn Memory, tids: &[(u32, u32)]) -> io::Result<Vec<PyThread>> {
+    /// Every thread state of every interpreter of the runtime, with the
+    /// thread it belongs to, without reading any frame (what the recorder
+    /// needs to walk a thread at its samples). `tids`: the process's threads
+    /// (from /proc, see [`thread_ids`]) as `(id the process knows, id
+    /// here)`: they tell a thread id read from its state from a stray value,
+    /// and turn the id a process in its own pid namespace knows into the
+    /// host's. A thread id two states claim is neither's (see
+    /// [`disown_shared_ids`]). A list that comes back to a state already
+    /// read (torn memory) ends there.
+    pub fn thread_states(
+        &self,
+        mem: &dyn Memory,
+        tids: &[(u32, u32)],
+    ) -> io::Result<Vec<ThreadState>> {
         let l = &self.layout;
-        let mut out = Vec::new();
+        let mut out: Vec<ThreadState> = Vec::new();
+        let mut read = HashSet::new();
         let mut interp = mem.u64(self.runtime.wrapping_add(l.runtime_interpreters_head))?;
         let mut interps = 0;
         while interp != 0 && interps < 64 {
             interps += 1;
             let mut ts = mem.u64(interp.wrapping_add(l.interp_threads_head))?;
-            while ts != 0 && out.len() < MAX_THREADS {
+            while ts != 0 && out.len() < MAX_THREADS && read.insert(ts) {
                 let tid = self.tid_of(mem, ts, tids);
-                let (runs, cut) = self.stack(mem, ts);
-                out.push(PyThread {
-                    tid,
-                    tstate: ts,
-                    runs,
-                    cut,
-                });
+                out.push(ThreadState { tid, tstate: ts });
                 ts = mem.u64(ts.wrapping_add(l.tstate_next))?;
             }
             interp = mem.u64(interp.wrapping_add(l.interp_next))?;
@@ -320,13 +332,30 @@ impl Interpreter {
         Ok(out)
     }
 
+    /// [`Interpreter::thread_states`], each with its Python stack.
+    pub fn threads(&self, mem: &dyn Memory, tids: &[(u32, u32)]) -> io::Result<Vec<PyThread>> {
+        let states = self.thread_states(mem, tids)?;
+        Ok(states
+            .into_iter()
+            .map(|t| {
+                let (runs, cut) = self.stack(mem, t.tstate);
+                PyThread {
+                    tid: t.tid,
+                    tstate: t.tstate,
+                    runs,
+                    cut,
+                }
+            })
+            .collect())
+    }
+
     fn tid_of(&self, mem: &dyn Memory, ts: u64, tids: &[(u32, u32)]) -> Option<u32> {
         let l = &self.layout;
         let tid = match l.tstate_native_thread_id {
             Some(at) => mem.u64(ts.wrapping_add(at)).ok()? as u32,
             None => {
                 let pthread = mem.u64(ts.wrapping_add(l.tstate_thread_id)).ok()?;
-                mem.i32(pthread + PTHREAD_TID).ok()? as u32
+                mem.i32(pthread.wrapping_add(PTHREAD_TID)).ok()? as u32
             }
         };
         tids.iter()
@@ -535,13 +564,8 @@ fn read_mapped(pid: u32, m: &flamerec_perf::procfs::ExecMap) -> Result<PythonBin
 mod tests {
     use super::*;
 
-    fn thread(tid: Option<u32>, tstate: u64) -> PyThread {
-        PyThread {
-            tid,
-            tstate,
-            runs: Vec::new(),
-            cut: false,
-        }
+    fn thread(tid: Option<u32>, tstate: u64) -> ThreadState {
+        ThreadState { tid, tstate }
     }
 
     #[test]

@@ -453,7 +453,7 @@ impl Python {
             }
             p.refreshed = Some(Instant::now());
             let tids = flamerec_python::thread_ids(pid);
-            let Ok(threads) = p.interp.threads(&Process(pid), &tids) else {
+            let Ok(threads) = p.interp.thread_states(&Process(pid), &tids) else {
                 continue;
             };
             for t in threads {
