@@ -256,9 +256,32 @@ fn node_without_a_perf_flag_is_told_what_it_needs() {
     };
     // Most samples are in optimized JS: far above the 1% the advice needs.
     let err = stderr(&o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("of the samples of node ("))
+        .unwrap_or_else(|| panic!("no advice for node: {err}"));
     assert!(
-        err.contains("JIT code of node that no perf map or jitdump named: run node with --perf-basic-prof or --perf-prof"),
-        "{err}"
+        line.ends_with("that no perf map or jitdump named: run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"),
+        "{line}"
+    );
+    // Its share counts every sample with an unnamed JIT frame anywhere in
+    // its stack, of node's samples: what fold shows (within a point: the
+    // share is printed rounded down).
+    let said: f64 = line
+        .split("% of the samples of node")
+        .next()
+        .and_then(|p| p.rsplit(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no share in {line}"));
+    let stacks = fold(&out, &["--per-process"]);
+    let node: Vec<_> = stacks
+        .into_iter()
+        .filter(|(s, _)| s[0].starts_with("node-"))
+        .collect();
+    let shown = share(&node, |s| s.iter().any(|f| f.starts_with("[anon]")));
+    assert!(
+        (shown - said).abs() <= 1.0,
+        "said {said}%, fold shows {shown:.1}%: {line}"
     );
 }
 
@@ -457,4 +480,38 @@ fn code_written_twice_at_one_address_is_named_by_the_load_in_force() {
             stderr(&o)
         );
     }
+}
+
+/// javac is a JVM behind a launcher of its own: its advice spells the
+/// JVM's flags as javac takes them (`-J-XX:…`), not as java does, and
+/// counts every sample with unnamed JIT code anywhere in its stack, of
+/// javac's own samples.
+#[test]
+fn javac_is_told_the_flags_in_its_own_spelling() {
+    let Some(javac) = runtime("javac", "FLAMEREC_SKIP_JAVA_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("javac.frec");
+    let javac = javac.to_string_lossy().into_owned();
+    let classes = dir.path().join("classes");
+    let cmd = [
+        javac.as_str(),
+        "-d",
+        classes.to_str().unwrap(),
+        JAVA_PROGRAM,
+    ];
+    let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("of the samples of javac ("))
+        .unwrap_or_else(|| panic!("no advice for javac: {err}"));
+    assert!(
+        line.ends_with("run it with -J-XX:+PreserveFramePointer -J-XX:+UnlockDiagnosticVMOptions -J-XX:+DumpPerfMapAtExit"),
+        "{line}"
+    );
 }

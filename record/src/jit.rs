@@ -65,10 +65,13 @@ pub(crate) struct JitNames {
     /// JIT name's module → where the name was first found at a sample's
     /// time.
     sources: HashMap<ModuleId, Source>,
-    /// Samples whose user leaf no file named when sampled, by (process,
-    /// address), with each process's command name: said at the end when
-    /// still unnamed (see [`setup_advice`]).
-    unnamed: HashMap<(u32, u64), u64>,
+    /// Samples with JIT frames no file named when sampled, anywhere in
+    /// their stacks, by (process, those frames' addresses), with each
+    /// process's command name: said at the end when some are still
+    /// unnamed (see [`setup_advice`]).
+    unnamed: HashMap<(u32, Vec<u64>), u64>,
+    /// Samples per process, for each command's share.
+    samples: HashMap<u32, u64>,
     comms: HashMap<u32, String>,
     /// Processes that mapped a CPython binary: their anonymous executable
     /// memory is searched for perf trampolines (see [`find_trampolines`]).
@@ -139,6 +142,7 @@ impl JitNames {
     /// A sample of `pid`: a process not followed yet is when its perf map
     /// exists (attached to a runtime that wrote one before).
     pub(crate) fn sampled(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
+        *self.samples.entry(pid).or_default() += 1;
         if self.procs.contains_key(&pid) || self.unreadable.contains(&pid) {
             return;
         }
@@ -239,16 +243,18 @@ impl JitNames {
         frames: &mut [Frame],
     ) {
         self.learn_modules(writer);
-        for (i, f) in frames.iter_mut().enumerate() {
+        let mut unnamed = Vec::new();
+        for f in frames.iter_mut() {
             if !self.anon.get(f.module as usize).copied().unwrap_or(false) {
                 continue;
             }
             match self.lookup(pid, f.address, time) {
                 Some((name, source)) => f.module = self.module_of(writer, name, source),
-                // The leaf: where the sample was, for the setup advice.
-                None if i == 0 => self.unnamed_leaf(pid, f.address),
-                None => {}
+                None => unnamed.push(f.address),
             }
+        }
+        if !unnamed.is_empty() {
+            self.unnamed_in(pid, unnamed);
         }
     }
 
@@ -291,11 +297,16 @@ impl JitNames {
         self.names.get(&module).map(String::as_str)
     }
 
-    fn unnamed_leaf(&mut self, pid: u32, addr: u64) {
-        if self.unnamed.len() >= MAX_UNNAMED && !self.unnamed.contains_key(&(pid, addr)) {
+    /// A sample of `pid` whose JIT frames at `addrs` were not named when
+    /// it was taken (a later read may still name them).
+    fn unnamed_in(&mut self, pid: u32, mut addrs: Vec<u64>) {
+        addrs.sort_unstable();
+        addrs.dedup();
+        let key = (pid, addrs);
+        if self.unnamed.len() >= MAX_UNNAMED && !self.unnamed.contains_key(&key) {
             return;
         }
-        *self.unnamed.entry((pid, addr)).or_default() += 1;
+        *self.unnamed.entry(key).or_default() += 1;
         self.comms.entry(pid).or_insert_with(|| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
                 .map(|c| c.trim_end().to_string())
@@ -368,23 +379,31 @@ impl JitNames {
     /// by where their names came from.
     pub(crate) fn finish<W: io::Write>(mut self, writer: &Writer<W>, now: u64) -> JitEnd {
         let (out, counts) = self.name_all(writer, now);
-        // By command name, and whether the process wrote any file at all.
+        // By command name, and whether the process wrote any file at all:
+        // samples with a JIT frame still unnamed anywhere in their stacks,
+        // of all the samples of that command's processes.
         let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
-        for (&(pid, addr), &n) in &self.unnamed {
-            if self.name_untimed(addr).is_none() {
-                let comm = self.comms.get(&pid).map_or("", String::as_str);
-                let wrote = self.procs.get(&pid).is_some_and(|s| {
+        for ((pid, addrs), &n) in &self.unnamed {
+            if addrs.iter().any(|&a| self.name_untimed(a).is_none()) {
+                let comm = self.comms.get(pid).map_or("", String::as_str);
+                let wrote = self.procs.get(pid).is_some_and(|s| {
                     !s.map.entries().is_empty()
                         || s.dumps.iter().any(|(d, _)| !d.loads().is_empty())
                 });
                 *by_comm.entry((comm, wrote)).or_default() += n;
             }
         }
-        let samples = writer.samples().max(1);
+        let mut of_comm: HashMap<&str, u64> = HashMap::new();
+        for (pid, &n) in &self.samples {
+            let comm = self.comms.get(pid).map_or("", String::as_str);
+            *of_comm.entry(comm).or_default() += n;
+        }
         let mut advice: Vec<(u64, String)> = by_comm
             .into_iter()
-            .filter(|&(_, n)| n * 100 >= samples)
-            .map(|((comm, wrote), n)| (n, setup_advice(comm, wrote, n * 100 / samples)))
+            .filter_map(|((comm, wrote), n)| {
+                let all = of_comm.get(comm).copied().unwrap_or(n).max(n).max(1);
+                (n * 100 >= all).then(|| (n, setup_advice(comm, wrote, n, all)))
+            })
             .collect();
         advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         self.warnings.extend(advice.into_iter().map(|(_, a)| a));
@@ -437,29 +456,47 @@ impl JitNames {
     }
 }
 
-/// What a runtime needs for its JIT code to be named, said when `pct`
-/// percent of the samples ran in anonymous memory of processes named
-/// `comm` that no file named; `wrote` when they did write a map or dump,
-/// just not (yet) for that code.
-fn setup_advice(comm: &str, wrote: bool, pct: u64) -> String {
+/// What a runtime needs for its JIT code to be named, said when `n` of
+/// the `all` samples of processes named `comm` had a frame in anonymous
+/// memory that no file named, anywhere in their stacks; `wrote` when they
+/// did write a map or dump, just not (yet) for that code.
+fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
     let who = if comm.is_empty() { "processes" } else { comm };
+    let pct = n * 100 / all.max(1);
+    let share = format!("{pct}% of the samples of {who} ({n} of {all}) ran JIT code");
     if wrote {
         return format!(
-            "{pct}% of samples ran in JIT code of {who} that its perf map or jitdump did not name \
-             by the end: the runtime had not written those records yet (node keeps the last ones \
-             until it exits)"
+            "{share} that its perf map or jitdump did not name by the end: the runtime had not \
+             written those records yet (node keeps the last ones until it exits)"
         );
     }
-    let what = if comm.starts_with("node") {
-        "run node with --perf-basic-prof or --perf-prof"
-    } else if comm.starts_with("java") {
+    format!(
+        "{share} that no perf map or jitdump named: {}",
+        runtime_advice(comm)
+    )
+}
+
+/// The flags that make the runtime behind a command name its JIT code,
+/// spelled for that command: a JDK tool passes JVM flags as `-J-XX:…`, a
+/// node launcher script (npm, npx, yarn) takes node's flags through
+/// `NODE_OPTIONS`.
+fn runtime_advice(comm: &str) -> &'static str {
+    const JDK_TOOLS: [&str; 6] = ["javac", "jshell", "jar", "javadoc", "jlink", "jpackage"];
+    const NODE_LAUNCHERS: [&str; 4] = ["npm", "npx", "yarn", "pnpm"];
+    let command = comm.split([' ', '-']).next().unwrap_or(comm);
+    if command == "node" {
+        "run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"
+    } else if NODE_LAUNCHERS.contains(&command) {
+        "run it with NODE_OPTIONS='--perf-basic-prof --interpreted-frames-native-stack'"
+    } else if JDK_TOOLS.contains(&command) {
+        "run it with -J-XX:+PreserveFramePointer -J-XX:+UnlockDiagnosticVMOptions -J-XX:+DumpPerfMapAtExit"
+    } else if command.starts_with("java") {
         "run java with -XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or `jcmd PID Compiler.perfmap` before it ends"
-    } else if comm.starts_with("python") {
+    } else if command.starts_with("python") {
         "run CPython 3.12+ with -X perf"
     } else {
         "its runtime must write /tmp/perf-PID.map or a jitdump"
-    };
-    format!("{pct}% of samples ran in JIT code of {who} that no perf map or jitdump named: {what}")
+    }
 }
 
 impl JitNames {
@@ -683,14 +720,22 @@ mod tests {
 
     #[test]
     fn the_advice_names_the_flag_or_says_the_records_came_late() {
-        let none = setup_advice("node", false, 85);
+        let none = setup_advice("node", false, 85, 100);
         assert!(
-            none.starts_with("85% of samples ran in JIT code of node"),
+            none.starts_with("85% of the samples of node (85 of 100) ran JIT code"),
             "{none}"
         );
-        assert!(none.ends_with("--perf-basic-prof or --perf-prof"), "{none}");
-        assert!(setup_advice("python3.12", false, 3).ends_with("with -X perf"));
-        let late = setup_advice("node", true, 19);
+        assert!(
+            none.ends_with("--perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"),
+            "{none}"
+        );
+        assert!(setup_advice("python3.12", false, 3, 100).ends_with("with -X perf"));
+        // Each launcher in its own spelling.
+        assert!(runtime_advice("javac").starts_with("run it with -J-XX:+PreserveFramePointer"));
+        assert!(runtime_advice("java").starts_with("run java with -XX:"));
+        assert!(runtime_advice("npm run bench").contains("NODE_OPTIONS="));
+        assert!(runtime_advice("npx").contains("NODE_OPTIONS="));
+        let late = setup_advice("node", true, 19, 100);
         assert!(late.contains("had not written those records yet"), "{late}");
         assert!(!late.contains("--perf-prof"), "{late}");
     }
