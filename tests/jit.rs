@@ -515,3 +515,47 @@ fn javac_is_told_the_flags_in_its_own_spelling() {
         "{line}"
     );
 }
+
+/// java with its perf map but without `-XX:+PreserveFramePointer`: most of
+/// its stacks are cut in JIT code (its frames keep no frame pointer), and
+/// the warning says which flag keeps them — never a larger `--stack-size`
+/// than the largest there is (the default copy is it).
+#[test]
+fn java_without_frame_pointers_is_told_the_flag_that_keeps_them() {
+    let skip = "FLAMEREC_SKIP_JAVA_TESTS";
+    let (Some(javac), Some(java)) = (runtime("javac", skip), runtime("java", skip)) else {
+        return;
+    };
+    let dir = tmp();
+    let built = std::process::Command::new(javac)
+        .arg("-d")
+        .arg(dir.path())
+        .arg(JAVA_PROGRAM)
+        .output()
+        .expect("run javac");
+    assert!(built.status.success(), "javac: {}", stderr(&built));
+    let out = dir.path().join("java.frec");
+    let java = java.to_string_lossy().into_owned();
+    let classes = dir.path().to_string_lossy().into_owned();
+    let cmd = [
+        java.as_str(),
+        "-XX:+UnlockDiagnosticVMOptions",
+        "-XX:+DumpPerfMapAtExit",
+        "-cp",
+        classes.as_str(),
+        "KnownProfile",
+        "200",
+    ];
+    let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
+        return;
+    };
+    remove_jit_files(&out, Some(dir.path()));
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("of user stacks were cut short"))
+        .unwrap_or_else(|| panic!("no word of cut stacks: {err}"));
+    assert!(line.contains("-XX:+PreserveFramePointer"), "{line}");
+    assert!(!line.contains("a larger --stack-size"), "{line}");
+}

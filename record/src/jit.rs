@@ -292,6 +292,12 @@ impl JitNames {
         });
     }
 
+    /// Whether any process ran JIT code (anonymous executable memory that
+    /// is not CPython's trampolines alone).
+    pub(crate) fn saw_jit_code(&self) -> bool {
+        !self.modules.is_empty() || !self.unnamed.is_empty()
+    }
+
     /// The name a JIT frame of `module` was given, if it is one.
     pub(crate) fn name_of(&self, module: ModuleId) -> Option<&str> {
         self.names.get(&module).map(String::as_str)

@@ -320,6 +320,7 @@ impl Session {
             defer,
             exclude_pid: matches!(opts.target, Target::System | Target::Cgroup(_))
                 .then(sys::getpid),
+            copy_is_largest: stack_size >= MAX_STACK_SIZE,
             warnings,
             python,
             python_unread,

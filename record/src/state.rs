@@ -72,6 +72,9 @@ pub(crate) struct StateConfig<W: io::Write> {
     pub python_unread: Option<String>,
     /// The interpreter's own frames kept beside Python frames.
     pub python_interpreter: bool,
+    /// Dwarf mode's stack copy is as large as the kernel copies (no larger
+    /// `--stack-size` to advise).
+    pub copy_is_largest: bool,
 }
 
 /// Counts for the trailer and the summary.
@@ -146,6 +149,8 @@ pub(crate) struct State<W: io::Write> {
     located: Vec<(ModuleId, Located)>,
     /// Which processes' identities were written.
     identities: Identities,
+    /// Dwarf mode's stack copy is as large as the kernel copies.
+    copy_is_largest: bool,
 }
 
 impl<W: io::Write> State<W> {
@@ -176,6 +181,7 @@ impl<W: io::Write> State<W> {
             files: ProcessFiles::default(),
             located: Vec::new(),
             identities: Identities::default(),
+            copy_is_largest: c.copy_is_largest,
         }
     }
 
@@ -757,7 +763,14 @@ impl<W: io::Write> State<W> {
         self.losses.fill(&mut totals);
         let samples = self.conv.writer().samples();
         let mut warnings = std::mem::take(&mut self.warnings);
-        warnings.extend(crate::deep::cut_warning(c.truncated, &self.live, samples));
+        let jit_code = self.jit.saw_jit_code();
+        warnings.extend(crate::deep::cut_warning(
+            c.truncated,
+            &self.live,
+            samples,
+            self.copy_is_largest,
+            jit_code,
+        ));
         warnings.extend(crate::depth::warnings(
             cut_at_cap,
             self.fp_cap,
@@ -851,6 +864,7 @@ mod tests {
             python: None,
             python_unread: None,
             python_interpreter: false,
+            copy_is_largest: true,
         });
         st.set_kallsyms(Kallsyms::default());
         st

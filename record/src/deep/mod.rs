@@ -580,7 +580,15 @@ fn same_frame(a: &[u8], b: &[u8]) -> bool {
 
 /// The warning about stacks left cut, when they are 1% or more of
 /// `samples`: how many, and what would help — or that nothing would.
-pub(crate) fn cut_warning(truncated: u64, live: &LiveStacks, samples: u64) -> Option<String> {
+/// `copy_is_largest`: no larger `--stack-size` exists to advise; `jit`:
+/// JIT code ran, whose frames may keep no frame pointer.
+pub(crate) fn cut_warning(
+    truncated: u64,
+    live: &LiveStacks,
+    samples: u64,
+    copy_is_largest: bool,
+    jit: bool,
+) -> Option<String> {
     if samples < 100 || truncated * 100 < samples {
         return None;
     }
@@ -599,8 +607,13 @@ pub(crate) fn cut_warning(truncated: u64, live: &LiveStacks, samples: u64) -> Op
         ));
     }
     if l.changed + l.unproven > 0 {
+        let help = if copy_is_largest {
+            "the copy is already as large as the kernel takes (--stack-size 61440)"
+        } else {
+            "a larger --stack-size ends the copy in longer-lived frames"
+        };
         causes.push(format!(
-            "{} could not be shown to be still in the frames their stack copy ended in when the rest was read (those frames returned quickly): a larger --stack-size ends the copy in longer-lived frames",
+            "{} could not be shown to be still in the frames their stack copy ended in when the rest was read (those frames returned quickly): {help}",
             l.changed + l.unproven
         ));
     }
@@ -612,8 +625,14 @@ pub(crate) fn cut_warning(truncated: u64, live: &LiveStacks, samples: u64) -> Op
     }
     let other = truncated.saturating_sub(l.denied + l.changed + l.gone + l.unproven);
     if other > 0 {
+        let help = if jit {
+            " (JIT code is unwound by frame pointers: java keeps them with \
+             -XX:+PreserveFramePointer, V8 always)"
+        } else {
+            " (nothing flamerec can do about those)"
+        };
         causes.push(format!(
-            "{other} ran through code without usable unwind information (nothing flamerec can do about those)"
+            "{other} ran through code without usable unwind information{help}"
         ));
     }
     Some(format!(
