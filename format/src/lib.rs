@@ -58,6 +58,7 @@
 //! and reports a [`Damage`].
 #![forbid(unsafe_code)]
 
+mod chunk;
 mod codec;
 mod crc;
 mod error;

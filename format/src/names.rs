@@ -27,11 +27,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::chunk::write_chunk;
 use crate::codec::{put_bytes, put_u64, Cursor, DecodeFail};
 use crate::error::FormatError;
 use crate::layout::tag;
 use crate::types::FrameId;
-use crate::writer::write_chunk;
 
 /// The zstd level of the names chunks. They are written while the user waits
 /// for the recording to end; level 19 took ≈ 0.4 s of a `cargo build`

@@ -24,7 +24,6 @@ use flamerec_format::Frame;
 use flamerec_perf::parse::words;
 use flamerec_unwind::callchain;
 
-use crate::depth::DEFERRED_CAP;
 use crate::raw::RawSample;
 
 /// A user part is kept through the end of the round it came in and this
@@ -34,6 +33,10 @@ const EARLY_ROUNDS: u64 = 2;
 /// samples are written without their user part (bounded memory whatever
 /// the kernel sends).
 const MAX_WAITING: usize = 65_536;
+
+/// Addresses a deferred user callchain holds at most (Linux 7.2: a page
+/// of `unsigned long` less the unwind cache's header).
+pub(crate) const DEFERRED_CAP: usize = 510;
 
 /// Counts of what deferral did, for the trailer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

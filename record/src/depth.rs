@@ -12,6 +12,8 @@
 //! deferred user callchain is not bound by it: the kernel's deferred
 //! unwinder keeps one page of entries per task, [`DEFERRED_CAP`] addresses.
 
+use crate::defer::DEFERRED_CAP;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -20,10 +22,6 @@ const SYSCTL: &str = "/proc/sys/kernel/perf_event_max_stack";
 
 /// Callchain addresses asked for in the frame-pointer modes.
 pub(crate) const WANTED: u16 = 1024;
-
-/// Addresses a deferred user callchain holds at most (Linux 7.2: a page
-/// of `unsigned long` less the unwind cache's header).
-pub(crate) const DEFERRED_CAP: usize = 510;
 
 /// What the user should know about stacks cut at the kernel's caps
 /// (`cut`, of `samples`; `fp_cap`: the frame-pointer cap in force) and

@@ -33,10 +33,7 @@ use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
 const MAX_MAP: u64 = 256 << 20;
 /// The largest jitdump read (node writes the code bytes too).
 const MAX_DUMP: u64 = 1 << 30;
-/// CPython names its trampolines so, in maps and dumps.
-/// How CPython's `-X perf` and `-X perf_jit` begin the name of a Python
-/// function's trampoline: `py::qualname:file`.
-pub(crate) const PY_PREFIX: &str = "py::";
+use crate::pynames::PY_PREFIX;
 
 /// One process's JIT files, and how much of each the unwinder knows.
 struct Sources {
@@ -347,7 +344,7 @@ impl JitNames {
             // frames' (`[python]`, named by the Python reader), and
             // addresses no mapping holds.
             let plain = m.kind == ModuleKind::Anonymous
-                && m.path != crate::python::MODULE
+                && m.path != crate::pynames::MODULE
                 && m.path != flamerec_convert::UNKNOWN_MODULE
                 && !self.names.contains_key(&id);
             self.anon.push(plain);

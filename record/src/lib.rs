@@ -24,6 +24,7 @@ mod launch;
 mod loss;
 mod offcpu;
 mod open;
+mod pynames;
 mod python;
 mod raw;
 mod readers;

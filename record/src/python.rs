@@ -34,9 +34,7 @@ use flamerec_python::{
 use crate::rings::Event;
 use crate::sys;
 
-/// The module Python frames belong to (named by this reader, not by a
-/// file, map or dump).
-pub(crate) const MODULE: &str = "[python]";
+use crate::pynames::MODULE;
 
 /// The ring the walks go through: records of up to 3 KiB, read each round.
 const RING_BYTES: u32 = 8 << 20;
@@ -574,7 +572,7 @@ impl Python {
                     self.stats.trampolines_named_alike += 1;
                     continue;
                 }
-                if name.starts_with(crate::jit::PY_PREFIX) {
+                if name.starts_with(crate::pynames::PY_PREFIX) {
                     self.stats.trampolines_named_otherwise += 1;
                 }
                 out.push(*f);
@@ -711,7 +709,7 @@ impl Python {
 /// Whether `name`, a JIT frame's, is the perf trampoline CPython writes for
 /// `code`: `py::qualname:file`.
 fn names_code(name: &str, code: &CodeInfo) -> bool {
-    name.strip_prefix(crate::jit::PY_PREFIX)
+    name.strip_prefix(crate::pynames::PY_PREFIX)
         .and_then(|r| r.strip_suffix(code.file.as_str()))
         .and_then(|r| r.strip_suffix(':'))
         == Some(code.name.as_str())

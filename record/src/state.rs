@@ -783,7 +783,7 @@ impl<W: io::Write> State<W> {
         // Python frames that `-X perf`'s trampolines named: shown without BPF.
         let trampolines = jit.names.iter().any(|(_, n)| {
             n.first()
-                .is_some_and(|n| n.starts_with(crate::jit::PY_PREFIX))
+                .is_some_and(|n| n.starts_with(crate::pynames::PY_PREFIX))
         });
         warnings.extend(jit.warnings);
         totals.jit_frames = jit.frames;
@@ -892,7 +892,7 @@ mod tests {
     #[test]
     fn deferred_user_parts_are_joined_and_judged_against_the_cap_here() {
         let mut st = deferring_state();
-        let deep: Vec<u64> = (0..crate::depth::DEFERRED_CAP as u64)
+        let deep: Vec<u64> = (0..crate::defer::DEFERRED_CAP as u64)
             .map(|i| 0x40_0000 + 16 * i)
             .collect();
         deferred_sample(&mut st, 1);
@@ -904,7 +904,7 @@ mod tests {
         );
         // A walk round a loop of non-code addresses reaches the cap without
         // the stack being deep.
-        let looping: Vec<u64> = (0..crate::depth::DEFERRED_CAP as u64)
+        let looping: Vec<u64> = (0..crate::defer::DEFERRED_CAP as u64)
             .map(|i| 0x40_0000 + 16 * (i % 4))
             .collect();
         deferred_sample(&mut st, 2);

@@ -53,6 +53,7 @@
 //! improvements, marked *vanished*; new functions are marked *new*.
 
 mod compare;
+mod interrupts;
 mod json;
 mod markdown;
 mod paths;
@@ -73,11 +74,11 @@ pub use compare::{
     group_name, same_samples_groups, Diff, DiffOptions, Finding, FunctionDiff, Gate, PathDiff,
     ProgramTime, Shares, Times, Trip, Verdict, DEFAULT_RUN_SPREAD,
 };
+pub use interrupts::is_interrupt_entry;
 pub use json::{write_diff_json, DIFF_SCHEMA};
 pub use markdown::{write_diff_markdown, MarkdownOptions};
 pub use stats::{DispersionBasis, Interval, Noise, CONFIDENCE_PCT};
 pub use svg::{write_diff_svg, SvgOptions};
-pub use tally::is_interrupt_entry;
 
 /// Why a side of a diff could not be loaded or compared. Each renders as
 /// one line.

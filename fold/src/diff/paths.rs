@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use super::tally::is_interrupt_entry;
+use super::interrupts::is_interrupt_entry;
 
 /// The longest path kept: a finding longer than this is no longer read as
 /// one line, and each frame more multiplies the nodes.

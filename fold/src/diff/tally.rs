@@ -12,12 +12,13 @@
 //! under `irqentry_exit_to_user_mode`) shows what the machine was doing to
 //! the program, not what the program did: their number grows with the
 //! machine's load. Such a sample is recognised by an interrupt-entry frame
-//! anywhere in its stack ([`is_interrupt_entry`]) and counted apart: it
+//! anywhere in its stack ([`is_interrupt_entry`], in `interrupts`) and counted apart: it
 //! belongs to no function and to neither the program's time nor its
 //! shares. `diff --keep-interrupts` counts them as ordinary samples.
 
 use rustc_hash::FxHashMap as HashMap;
 
+use super::interrupts::is_interrupt_entry;
 use super::paths::{PathTree, MAX_PATH_FRAMES};
 use super::stats::{Counts, SideRuns};
 use super::Side;
@@ -38,30 +39,6 @@ pub(super) struct Tally {
     pub machine: u64,
     /// Per function name, over the program's samples.
     pub functions: HashMap<String, Weights>,
-}
-
-/// Whether `frame` enters the kernel for an interrupt (not for a system
-/// call or an exception the program caused, such as a page fault): the
-/// x86 entry points of system vectors and device interrupts, as kernels
-/// since 5.8 name them (`asm_sysvec_apic_timer_interrupt`,
-/// `asm_sysvec_reschedule_ipi`, `asm_common_interrupt`, …), and the names
-/// of older kernels' entry stubs. A `_[k]` suffix (`fold --kernel-suffix`)
-/// is ignored.
-pub fn is_interrupt_entry(frame: &str) -> bool {
-    let name = frame.strip_suffix("_[k]").unwrap_or(frame);
-    name.starts_with("asm_sysvec_")
-        || matches!(
-            name,
-            "asm_common_interrupt"
-                | "asm_spurious_interrupt"
-                | "common_interrupt"
-                | "ret_from_intr"
-                | "apic_timer_interrupt"
-                | "reschedule_interrupt"
-                | "call_function_interrupt"
-                | "call_function_single_interrupt"
-                | "irq_work_interrupt"
-        )
 }
 
 /// Tallies folded stacks (`root;frame;...;leaf`, the root not a function).
@@ -220,29 +197,6 @@ mod tests {
                 (s.to_string(), n.parse().unwrap())
             })
             .collect()
-    }
-
-    #[test]
-    fn interrupt_entries_are_named_by_their_entry_points() {
-        for yes in [
-            "asm_sysvec_apic_timer_interrupt",
-            "asm_sysvec_reschedule_ipi",
-            "asm_sysvec_call_function_single",
-            "asm_common_interrupt_[k]",
-            "apic_timer_interrupt",
-        ] {
-            assert!(is_interrupt_entry(yes), "{yes}");
-        }
-        for no in [
-            "asm_exc_page_fault",
-            "entry_SYSCALL_64_after_hwframe",
-            "irqentry_exit_to_user_mode",
-            "schedule",
-            "my_asm_sysvec_helper",
-            "cpu_mix_beta",
-        ] {
-            assert!(!is_interrupt_entry(no), "{no}");
-        }
     }
 
     #[test]
