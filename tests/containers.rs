@@ -191,6 +191,17 @@ fn root_with(dir: &Path, bin: &Path) -> (PathBuf, String) {
     (root, inside)
 }
 
+/// cpu-mix in a container whose root `root_with` made in `dir`, at work:
+/// the container and its pid on the host.
+fn cpu_mix_in<'p>(podman: &'p Podman, dir: &Path) -> (Container<'p>, u32) {
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let (root, inside) = root_with(dir, &bin);
+    let c = podman.run(&root, &[&inside, "--units", UNITS]);
+    let pid = c.pid().expect("its pid");
+    wait_for("cpu-mix at work", || cpu_ticks(pid) >= 5);
+    (c, pid)
+}
+
 /// Records `args` (a target and its duration) into `out`, failing on error.
 fn record_target(out: &Path, args: &[&str]) -> Output {
     let o = flamerec()
@@ -263,11 +274,7 @@ fn a_container_recorded_by_pid_is_whole_and_named_with_its_identity() {
         return;
     };
     let dir = tmp();
-    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
-    let (root, inside) = root_with(dir.path(), &bin);
-    let c = podman.run(&root, &[&inside, "--units", UNITS]);
-    let pid = c.pid().expect("its pid");
-    wait_for("cpu-mix at work", || cpu_ticks(pid) >= 5);
+    let (c, pid) = cpu_mix_in(&podman, dir.path());
     let out = dir.path().join("pid.frec");
     let pid_arg = pid.to_string();
     let o = record_target(&out, &["-p", &pid_arg, "-d", "3"]);
@@ -299,12 +306,9 @@ fn a_container_recorded_by_its_id_holds_its_processes_only() {
         return;
     };
     let dir = tmp();
-    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
-    let (root, inside) = root_with(dir.path(), &bin);
-    let c = podman.run(&root, &[&inside, "--units", UNITS]);
-    let pid = c.pid().expect("its pid");
-    wait_for("cpu-mix at work", || cpu_ticks(pid) >= 5);
+    let (c, _) = cpu_mix_in(&podman, dir.path());
     // The same program on the host, busy meanwhile: not in the cgroup.
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
     let mut host = Command::new(&bin)
         .args(["--units", UNITS])
         .stdout(Stdio::null())

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -58,13 +59,12 @@ pub(crate) struct ProcessFiles {
 
 impl ProcessFiles {
     /// Where the file `path` (with build id `build_id`, empty when the
-    /// kernel gave none) that `pid` mapped at `start..end` is read: `None`
+    /// kernel gave none) that `pid` mapped at `range` is read: `None`
     /// for its path.
     pub(crate) fn reach(
         &mut self,
         pid: u32,
-        start: u64,
-        end: u64,
+        range: Range<u64>,
         path: &str,
         build_id: &[u8],
     ) -> Option<Reached> {
@@ -78,7 +78,7 @@ impl ProcessFiles {
                 return known.clone();
             }
         }
-        let found = self.check(pid, start, end, path, build_id);
+        let found = self.check(pid, range, path, build_id);
         if !build_id.is_empty() {
             self.known.insert(key, found.clone());
         }
@@ -88,12 +88,11 @@ impl ProcessFiles {
     fn check(
         &mut self,
         pid: u32,
-        start: u64,
-        end: u64,
+        range: Range<u64>,
         path: &str,
         build_id: &[u8],
     ) -> Option<Reached> {
-        let mapped = view::mapped_file(pid, start, end);
+        let mapped = view::mapped_file(pid, range.start, range.end);
         if view::same_file(&mapped, Path::new(path)) {
             return None;
         }
@@ -191,12 +190,12 @@ mod tests {
             .expect("this test's executable is mapped");
         let mut files = ProcessFiles::default();
         assert!(files
-            .reach(me, own.start, own.end, &own.path, &[1, 2])
+            .reach(me, own.start..own.end, &own.path, &[1, 2])
             .is_none());
-        assert!(files.reach(me, own.start, own.end, "[vdso]", &[]).is_none());
-        assert!(files.reach(me, own.start, own.end, "//anon", &[]).is_none());
+        assert!(files.reach(me, own.start..own.end, "[vdso]", &[]).is_none());
+        assert!(files.reach(me, own.start..own.end, "//anon", &[]).is_none());
         assert!(files
-            .reach(me, own.start, own.end, "/memfd:x (deleted)", &[])
+            .reach(me, own.start..own.end, "/memfd:x (deleted)", &[])
             .is_none());
         assert_eq!((files.reached, files.unreached), (0, 0));
     }
@@ -227,7 +226,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, b"another file").unwrap();
         let mut files = ProcessFiles::default();
-        let r = files.reach(pid, text.start, text.end, path_str, &[]);
+        let r = files.reach(pid, text.start..text.end, path_str, &[]);
         let _ = child.kill();
         let _ = child.wait();
         let r = r.expect("read through the mapping");

@@ -252,9 +252,22 @@ impl Python {
             self.unknown.insert(format!("{major}.{minor}.{micro}"));
             return;
         };
-        if attach(&mut self.unattached, &self.program).is_err()
-            || self.maps.add_process(pid, index).is_err()
-        {
+        if attach(&mut self.unattached, &self.program).is_err() {
+            return;
+        }
+        self.follow(pid, interp, index, conv);
+    }
+
+    /// Walks `pid`'s threads from now on, with the walk of layout `index`;
+    /// its thread states are read at the round's end.
+    fn follow<W: io::Write>(
+        &mut self,
+        pid: u32,
+        interp: Interpreter,
+        index: u32,
+        conv: &Converter<W>,
+    ) {
+        if self.maps.add_process(pid, index).is_err() {
             return;
         }
         let mut p = Proc {
@@ -287,21 +300,7 @@ impl Python {
         let Some(index) = self.maps.layout_index(&interp.layout) else {
             return;
         };
-        if self.maps.add_process(child, index).is_err() {
-            return;
-        }
-        let mut p = Proc {
-            interp,
-            binary: None,
-            eval: Vec::new(),
-            known: HashMap::new(),
-            refreshed: None,
-            shown: 0,
-            native_only: 0,
-        };
-        p.place(child, conv);
-        self.procs.insert(child, p);
-        self.stale.insert(child);
+        self.follow(child, interp, index, conv);
     }
 
     /// Thread `tid` of `pid` exited: its walks and its thread state go (a

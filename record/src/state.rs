@@ -242,9 +242,7 @@ impl<W: io::Write> State<W> {
         build_id: &[u8],
         time_ns: u64,
     ) {
-        let reached = self
-            .files
-            .reach(pid, range.start, range.end, path, build_id);
+        let reached = self.files.reach(pid, range.clone(), path, build_id);
         let build_id = match &reached {
             Some(r) if build_id.is_empty() => &r.build_id[..],
             _ => build_id,

@@ -48,13 +48,15 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 /// The pid `pid` has in its own (innermost) pid namespace: the last number
 /// of the `NSpid:` line of its status file (the same pid on the host).
 pub fn ns_pid(pid: u32) -> io::Result<u32> {
-    let text = fs::read_to_string(format!("/proc/{pid}/status"))?;
-    parse_ns_pid(&text).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("no NSpid line in /proc/{pid}/status"),
-        )
-    })
+    parsed(pid, "status", parse_ns_pid, "no NSpid line")
+}
+
+/// `parse` of /proc/PID/`file`, or an error that says `missing` of it.
+fn parsed<T>(pid: u32, file: &str, parse: fn(&str) -> Option<T>, missing: &str) -> io::Result<T> {
+    let path = format!("/proc/{pid}/{file}");
+    let text = fs::read_to_string(&path)?;
+    parse(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{missing} in {path}")))
 }
 
 /// The innermost pid of a status file's `NSpid:` line.
@@ -71,13 +73,7 @@ pub fn parse_ns_pid(status: &str) -> Option<u32> {
 /// The cgroup (v2, the unified hierarchy) process `pid` is in, as a path
 /// from the hierarchy's root (`/system.slice/docker-ID.scope`).
 pub fn cgroup_of(pid: u32) -> io::Result<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
-    parse_cgroup(&text).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("no cgroup v2 line in /proc/{pid}/cgroup"),
-        )
-    })
+    parsed(pid, "cgroup", parse_cgroup, "no cgroup v2 line")
 }
 
 /// The v2 path of a cgroup file (`0::PATH`; on a hybrid tree beside v1
