@@ -626,8 +626,8 @@ pub(crate) fn cut_warning(
     let other = truncated.saturating_sub(l.denied + l.changed + l.gone + l.unproven);
     if other > 0 {
         let help = if jit {
-            " (JIT code is unwound by frame pointers: java keeps them with \
-             -XX:+PreserveFramePointer, V8 always)"
+            " (JIT code is unwound by frame pointers, which java keeps only with \
+             -XX:+PreserveFramePointer)"
         } else {
             " (nothing flamerec can do about those)"
         };
