@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use flamerec_format::{Metadata, Writer};
@@ -107,13 +108,20 @@ pub(crate) fn event_config(
 /// a `sample_max_stack` another recorder lowered meanwhile (the value in
 /// force is taken), and kernel sampling (recording goes on with user stacks
 /// only; `cfg.exclude_kernel` then says so).
+///
+/// `program` is attached to each event as soon as it is opened: a process
+/// forked meanwhile takes its inherited events' program as they have it
+/// then (an event it cannot be attached to runs without it).
 pub(crate) fn open_with_fallbacks(
     opts: &RecordOptions,
     cfg: &mut EventConfig,
     tasks: Watched<'_>,
     pages: usize,
     max_stack: &mut Option<MaxStack>,
+    program: Option<&OwnedFd>,
 ) -> Result<Vec<Event>, RecordError> {
+    let open_events =
+        |cfg: &EventConfig, event, tasks, pages| open_events(cfg, event, tasks, pages, program);
     match open_events(cfg, opts.event, tasks, pages) {
         Err(RecordError::Sys { source, .. })
             if source.raw_os_error() == Some(libc::EOVERFLOW) && cfg.max_stack > 0 =>
@@ -160,6 +168,7 @@ fn open_events(
     event: EventKind,
     watched: Watched<'_>,
     pages: usize,
+    program: Option<&OwnedFd>,
 ) -> Result<Vec<Event>, RecordError> {
     let mut cfg = cfg.clone();
     let mut events: Vec<Event> = Vec::new();
@@ -190,6 +199,9 @@ fn open_events(
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) && task > 0 => continue,
                 Err(e) => return Err(open_error(event, tasks == [-1], e)),
             };
+            if let Some(p) = program {
+                let _ = sys::set_bpf(&fd, p);
+            }
             let counts_lost = cfg.count_lost;
             match owner {
                 Some(i) => {

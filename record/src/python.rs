@@ -185,8 +185,6 @@ impl Python {
     /// With `now` false it is attached when the first CPython process is
     /// found (see [`Python::mapped`]): until then no sample pays for it.
     pub(crate) fn start(
-        events: &[Event],
-        now: bool,
         shown: Shown,
         command: Option<&Path>,
     ) -> Result<(Python, RingBuffer), String> {
@@ -194,13 +192,7 @@ impl Python {
         let ring = RingBuffer::new(RING_BYTES).map_err(unreadable)?;
         let first = command.and_then(flamerec_python::minor_of_binary);
         let program = maps.program(Some(&ring), first).map_err(unreadable)?;
-        let mut unattached = Vec::new();
-        for e in events {
-            unattached.push(e.fd.try_clone().map_err(|e| e.to_string())?);
-        }
-        if now {
-            attach(&mut unattached, &program)?;
-        }
+        let unattached = Vec::new();
         Ok((
             Python {
                 maps,
@@ -224,6 +216,26 @@ impl Python {
             },
             ring,
         ))
+    }
+
+    /// The program the events run: attached as each is opened where it is
+    /// wanted from the start (see `open::open_with_fallbacks`).
+    pub(crate) fn program(&self) -> &OwnedFd {
+        self.program.fd()
+    }
+
+    /// The sampling events, opened: `attached` when the program was
+    /// attached as each was opened, else it is once a CPython process is
+    /// found.
+    pub(crate) fn events(&mut self, events: &[Event], attached: bool) -> Result<(), String> {
+        if attached {
+            return Ok(());
+        }
+        for e in events {
+            self.unattached
+                .push(e.fd.try_clone().map_err(|e| e.to_string())?);
+        }
+        Ok(())
     }
 
     /// The sampling events are closed: its copies of those it never

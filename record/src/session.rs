@@ -1,6 +1,7 @@
 //! One recording: open the events, run the loop that drains the ring
 //! buffers into the writer, stop cleanly, write the trailer.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io;
@@ -245,7 +246,48 @@ impl Session {
             Some(dir) => Watched::Cgroup(dir),
             None => Watched::Tasks(&tasks),
         };
-        let events = open_with_fallbacks(opts, &mut cfg, watched, pages, &mut max_stack)?;
+        // Python frames at the sample need BPF: root, or CAP_BPF with
+        // CAP_PERFMON (the kernel tells; see `BpfError::refused`). For a command,
+        // attached before it starts: a process or thread it forks takes its
+        // inherited event's program as that event has it then, so a program
+        // attached later reaches no CPython forked before (`sh -c 'python3
+        // a.py & python3 b.py'` showed one of the two). Likewise for the
+        // processes given to --pid and a cgroup's, whose children may fork
+        // while the recording starts (a parent starting 4 CPython children:
+        // 2 of 4 attach tries had children with no walk); system-wide, once
+        // a CPython is found (each sample of every other process would run
+        // the dispatcher meanwhile).
+        // Where they cannot be read, why: said if a CPython runs.
+        let (python, python_unread) = match opts.python {
+            PythonFrames::Off => (None, None),
+            mode => {
+                let now = mode == PythonFrames::On
+                    || launch.is_some()
+                    || matches!(opts.target, Target::Pids(_) | Target::Cgroup(_));
+                let command = launch.as_ref().map(|(_, program, _)| program.as_path());
+                let shown = crate::python::Shown {
+                    lines: opts.python_lines,
+                    interpreter: opts.python_interpreter,
+                };
+                match crate::python::Python::start(shown, command) {
+                    Ok(p) => (Some((p, now)), None),
+                    Err(why) => (None, Some(why)),
+                }
+            }
+        };
+        let program = python
+            .as_ref()
+            .filter(|(_, now)| *now)
+            .map(|((p, _), _)| p.program());
+        let events = open_with_fallbacks(opts, &mut cfg, watched, pages, &mut max_stack, program)?;
+        // The walker at once on the events that want it, before anything else.
+        let (python, python_unread) = match python {
+            Some(((mut p, ring), now)) => match p.events(&events, now) {
+                Ok(()) => (Some((p, ring)), python_unread),
+                Err(why) => (None, Some(why)),
+            },
+            None => (None, python_unread),
+        };
         if cfg.exclude_kernel && opts.kernel {
             warnings.push(format!(
                 "kernel sampling is not allowed (kernel.perf_event_paranoid is {}); recording user stacks only, as with --no-kernel",
@@ -259,28 +301,6 @@ impl Session {
 
         let start_mono = sys::monotonic_ns();
         let started = Instant::now();
-        // Python frames at the sample need BPF: root, or CAP_BPF with
-        // CAP_PERFMON (the kernel tells; see `BpfError::refused`). For a command,
-        // attached before it starts: a process or thread it forks takes its
-        // inherited event's program as that event has it then, so a program
-        // attached later reaches no CPython forked before (`sh -c 'python3
-        // a.py & python3 b.py'` showed one of the two).
-        // Where they cannot be read, why: said if a CPython runs.
-        let (python, python_unread) = match opts.python {
-            PythonFrames::Off => (None, None),
-            mode => {
-                let now = mode == PythonFrames::On || launch.is_some();
-                let command = launch.as_ref().map(|(_, program, _)| program.as_path());
-                let shown = crate::python::Shown {
-                    lines: opts.python_lines,
-                    interpreter: opts.python_interpreter,
-                };
-                match crate::python::Python::start(&events, now, shown, command) {
-                    Ok(p) => (Some(p), None),
-                    Err(why) => (None, Some(why)),
-                }
-            }
-        };
         // Start the command before anything else that may wait (the kernel
         // symbol table): its records wait in the ring buffers meanwhile.
         let started_child = match (child, &launch) {
@@ -343,10 +363,14 @@ impl Session {
                 Some(pid)
             }
             None => {
-                describe_running(&mut st, &opts.target);
+                let described = describe_running(&mut st, &opts.target, &HashSet::new());
                 for e in &events {
                     sys::enable(&e.fd).map_err(|e| RecordError::sys("enabling perf events", e))?;
                 }
+                // Processes started between the first look and the events'
+                // enabling (a child forked and exec'd meanwhile) left no
+                // record: they are described now, from /proc.
+                describe_running(&mut st, &opts.target, &described);
                 None
             }
         };
@@ -628,22 +652,31 @@ impl Session {
     }
 }
 
-/// Attached or system-wide: the names and executable mappings of what
-/// already runs, from /proc, before sampling starts.
-fn describe_running<W: io::Write>(st: &mut State<W>, target: &Target) {
+/// Attached, system-wide or a cgroup: the names and executable mappings of
+/// what runs now, from /proc, but the processes `done` (described before);
+/// returns every process described so far. With `--pid`, the processes
+/// given and, once `done` is not empty, their descendants (started while
+/// the events were set up, before they recorded anything of them).
+fn describe_running<W: io::Write>(
+    st: &mut State<W>,
+    target: &Target,
+    done: &HashSet<u32>,
+) -> HashSet<u32> {
     let pids = match target {
-        Target::Pids(p) => p.clone(),
+        Target::Pids(p) if done.is_empty() => p.clone(),
+        Target::Pids(p) => descendants(p),
         Target::Cgroup(name) => procfs::view::cgroup_dir(name)
             .map(|dir| procfs::view::processes_in(&dir))
             .unwrap_or_default(),
         _ => procfs::all_pids().unwrap_or_default(),
     };
     let own = sys::getpid();
-    if matches!(target, Target::System) {
+    if matches!(target, Target::System) && done.is_empty() {
         st.synth_comm(0, 0, "swapper");
     }
+    let mut described = done.clone();
     for p in pids {
-        if matches!(target, Target::System) && p == own {
+        if p == own && !matches!(target, Target::Pids(_)) || !described.insert(p) {
             continue;
         }
         for t in procfs::threads_of(p).unwrap_or_default() {
@@ -655,6 +688,32 @@ fn describe_running<W: io::Write>(st: &mut State<W>, target: &Target) {
             st.synth_mapping(p, m.start, m.end, m.pgoff, &m.path);
         }
     }
+    described
+}
+
+/// `roots` and every process below them now, from each process's parent
+/// in /proc.
+fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for p in procfs::all_pids().unwrap_or_default() {
+        if let Ok(s) = procfs::task_stat(p, p) {
+            children.entry(s.ppid).or_default().push(p);
+        }
+    }
+    let mut seen: HashSet<u32> = roots.iter().copied().collect();
+    let mut out = roots.to_vec();
+    let mut i = 0;
+    while let Some(&p) = out.get(i) {
+        for &c in children.get(&p).into_iter().flatten() {
+            // A parent read after its pid was reused cannot loop.
+            if seen.insert(c) {
+                out.push(c);
+            }
+        }
+        i += 1;
+    }
+    out.sort_unstable();
+    out
 }
 
 /// The names of frames the recorder named itself alone, as a names
