@@ -96,7 +96,8 @@ fn as_seen_by(pid: u32, path: &str) -> PathBuf {
     }
 }
 
-/// The most (process, address) pairs kept for the setup advice.
+/// The most (process, unnamed JIT addresses of a sample) kept for the
+/// setup advice.
 const MAX_UNNAMED: usize = 1 << 16;
 
 impl JitNames {
@@ -289,8 +290,8 @@ impl JitNames {
         });
     }
 
-    /// Whether any process ran JIT code (anonymous executable memory that
-    /// is not CPython's trampolines alone).
+    /// Whether any process ran JIT code: a frame a map or dump named, or
+    /// one left unnamed in anonymous memory.
     pub(crate) fn saw_jit_code(&self) -> bool {
         !self.modules.is_empty() || !self.unnamed.is_empty()
     }

@@ -127,7 +127,6 @@ struct CodeFrame {
     first_traceable: Option<i64>,
 }
 
-/// Python frames of a recording.
 /// What is shown beside the Python functions' frames.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Shown {
@@ -137,6 +136,8 @@ pub(crate) struct Shown {
     pub interpreter: bool,
 }
 
+/// Python frames of a recording: the walker, the CPython processes it
+/// walks, and the frames and names made of their walks.
 pub(crate) struct Python {
     maps: WalkerMaps,
     program: Program,
@@ -179,11 +180,10 @@ pub(crate) struct PythonEnd {
 }
 
 impl Python {
-    /// Builds the walker and attaches it to every event; the ring its walks
-    /// go to comes with it. An error says why Python frames cannot be read
-    /// (BPF refused: not root, or no CAP_BPF and CAP_PERFMON).
-    /// With `now` false it is attached when the first CPython process is
-    /// found (see [`Python::mapped`]): until then no sample pays for it.
+    /// Builds the walker (before the events are opened: see
+    /// [`Python::program`]); the ring its walks go to comes with it. An
+    /// error says why Python frames cannot be read (BPF refused: not root,
+    /// or no CAP_BPF and CAP_PERFMON).
     pub(crate) fn start(
         shown: Shown,
         command: Option<&Path>,

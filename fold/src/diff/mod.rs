@@ -1,8 +1,9 @@
 //! Differential profiles: compare a BASE and a NEW profile per function and
 //! draw what changed (`flamerec diff`).
 //!
-//! This module owns loading either side ([`Side::load`]: a `.frec` recording,
-//! detected by its `FLAMEREC` magic at byte 0, or folded text), the per-function
+//! This module owns loading either side ([`Side::load`]: any input `fold`
+//! reads — a `.frec` recording, perf.data, or folded text, told apart by
+//! `crate::input`), the per-function
 //! comparison ([`Diff`]) with the call paths whose time grew ([`PathDiff`],
 //! found in `paths`), and its three outputs: the `flamerec-diff/1` JSON
 //! object, a Markdown report for CI job summaries, and a differential SVG
@@ -27,13 +28,9 @@
 //!
 //! # Folded text input
 //!
-//! One stack per line, `frame;frame;...;leaf COUNT`: the count is the last
-//! whitespace-separated token and a whole number; frames may contain spaces.
-//! Blank lines and lines starting with `# ` (inferno's comment syntax) are
-//! skipped; repeated stacks add up. Any other line — no count, a count that
-//! is not a whole number, no frames, bytes that are not UTF-8 — is an error
-//! naming the file and line number: a CI gate must not pass on a
-//! half-read profile, so nothing is skipped silently.
+//! Read by the input layer's rules (`crate::input::folded` owns them): a
+//! line that is not a stack and a count is an error naming the file and
+//! line, since a CI gate must not pass on a half-read profile.
 //!
 //! # The differential flamegraph
 //!
