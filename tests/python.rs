@@ -19,6 +19,9 @@ use crate::common::*;
 
 pub(crate) const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/python/known.py");
 
+/// Every CPython 3.8–3.13 here. One missing fails the test naming it,
+/// unless FLAMEREC_SKIP_PYTHON_TESTS=1: then the missing ones are skipped,
+/// each said by name, and the others are tested.
 fn cpythons() -> Vec<(u8, PathBuf)> {
     let found = flamerec_python::installed();
     let missing: Vec<u8> = (8..=13u8)
@@ -26,7 +29,10 @@ fn cpythons() -> Vec<(u8, PathBuf)> {
         .collect();
     if !missing.is_empty() {
         if std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            return Vec::new();
+            for m in &missing {
+                eprintln!("skipped (FLAMEREC_SKIP_PYTHON_TESTS=1): no CPython 3.{m} here");
+            }
+            return found;
         }
         panic!("no CPython 3.{missing:?} here (pyenv's or /usr/bin/python3.X); set FLAMEREC_SKIP_PYTHON_TESTS=1 where they cannot be installed");
     }
