@@ -555,3 +555,51 @@ fn debians_cpython_3_13_to_3_15_in_a_container_show_their_python_frames() {
         assert!(version.starts_with(&format!("3.{minor}.")), "{info}");
     }
 }
+
+/// A C program whose work is in `NAME_work`, called from `main` until
+/// killed: two builds of it at one path are told apart by their names.
+fn spinner(name: &str) -> String {
+    format!(
+        "#include <stdint.h>\n\
+         __attribute__((noinline)) uint64_t {name}_work(uint64_t n) {{\n\
+           volatile uint64_t t = 0; for (uint64_t i = 0; i < n; i++) t += i * i; return t; }}\n\
+         int main(void) {{ volatile uint64_t s = 0; for (;;) s += {name}_work(1000000); }}\n"
+    )
+}
+
+/// A program whose binary was replaced at its path while it ran (a
+/// deploy, a rebuild): read as it was mapped, never as the file now at
+/// that path. The host's file is another build whose function is
+/// `replaced_work`: it must not name a single frame.
+#[test]
+fn a_binary_replaced_while_it_runs_is_named_as_it_was_mapped() {
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    let dir = tmp();
+    let old = compile_c(dir.path(), "old", &spinner("original"), &["-O1", "-g"]);
+    let new = compile_c(dir.path(), "new", &spinner("replaced"), &["-O1", "-g"]);
+    let at = dir.path().join("service");
+    std::fs::copy(&old, &at).expect("install the first build");
+    let mut child = Command::new(&at).spawn().expect("start it");
+    wait_for("the program at work", || cpu_ticks(child.id()) >= 5);
+    // Replaced as a deploy does: a new file renamed over the path.
+    let staged = dir.path().join("service.new");
+    std::fs::copy(&new, &staged).expect("stage the second build");
+    std::fs::rename(&staged, &at).expect("replace the binary");
+    let out = dir.path().join("replaced.frec");
+    let o = record_target(&out, &["-p", &child.id().to_string(), "-d", "2"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stacks = fold(&out, &["--no-inline"]);
+    assert!(
+        total(&stacks) >= 300,
+        "{} samples: {}",
+        total(&stacks),
+        stderr(&o)
+    );
+    let original = share(&stacks, |s| s.iter().any(|f| f == "original_work"));
+    let replaced = share(&stacks, |s| s.iter().any(|f| f == "replaced_work"));
+    assert_eq!(replaced, 0.0, "named by the file now at its path");
+    assert!(original >= 95.0, "original_work in {original:.1}%");
+}
