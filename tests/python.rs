@@ -996,3 +996,57 @@ fn children_started_while_attaching_are_named_and_walked() {
         }
     }
 }
+
+/// `record -p PARENT --children` on a CPython whose forked workers already
+/// run (a pre-fork server attached after its start): the workers are
+/// recorded too, with their Python frames (≥ 75% of their samples in
+/// `unit`, as for forks recorded from their start); without the flag only
+/// the parent, which waits.
+#[test]
+fn children_running_before_an_attach_are_recorded_with_the_flag() {
+    if !bpf_usable() {
+        return;
+    }
+    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    let dir = tmp();
+    let mut parent = std::process::Command::new(&py)
+        .args([FORK_POOL, "os-fork", "1200"])
+        .spawn()
+        .expect("start the pool");
+    let pid = parent.id();
+    wait_for("two forked workers at work", || {
+        flamerec_perf::procfs::descendants(&[pid]).len() >= 3
+    });
+    let out = dir.path().join("children.frec");
+    let o = flamerec()
+        .args(["record", "-q", "-d", "1", "--children", "-o"])
+        .arg(&out)
+        .args(["-p", &pid.to_string()])
+        .output()
+        .expect("run flamerec");
+    let _ = parent.kill();
+    let _ = parent.wait();
+    let _ = std::process::Command::new("pkill")
+        .args(["-KILL", "-P", &pid.to_string()])
+        .status();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let stacks = fold(&out, &["--per-process"]);
+    let workers: Vec<&str> = {
+        let mut r: Vec<&str> = stacks.iter().map(|(s, _)| s[0].as_str()).collect();
+        r.sort_unstable();
+        r.dedup();
+        r.retain(|r| *r != format!("python3.12-{pid}"));
+        r
+    };
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    for w in workers {
+        let own: Stacks = stacks.iter().filter(|(s, _)| s[0] == w).cloned().collect();
+        let unit = share(&own, |s| s.iter().any(|f| f.starts_with("unit (")));
+        assert!(unit >= 75.0, "{w}: unit in {unit:.1}%");
+    }
+}

@@ -121,6 +121,12 @@ pub enum Target {
     Cgroup(PathBuf),
 }
 
+/// `pids` and every process running under them now (a pre-fork server's
+/// workers), for [`Target::Pids`] with `--children`.
+pub fn with_children(pids: &[u32]) -> Vec<u32> {
+    flamerec_perf::procfs::descendants(pids)
+}
+
 /// The cgroup of the one running container whose id starts with `prefix`
 /// (docker, podman, containerd, CRI-O), for [`Target::Cgroup`].
 pub fn container_cgroup(prefix: &str) -> Result<String, String> {

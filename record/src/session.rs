@@ -1,7 +1,7 @@
 //! One recording: open the events, run the loop that drains the ring
 //! buffers into the writer, stop cleanly, write the trailer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io;
@@ -664,7 +664,7 @@ fn describe_running<W: io::Write>(
 ) -> HashSet<u32> {
     let pids = match target {
         Target::Pids(p) if done.is_empty() => p.clone(),
-        Target::Pids(p) => descendants(p),
+        Target::Pids(p) => procfs::descendants(p),
         Target::Cgroup(name) => procfs::view::cgroup_dir(name)
             .map(|dir| procfs::view::processes_in(&dir))
             .unwrap_or_default(),
@@ -689,31 +689,6 @@ fn describe_running<W: io::Write>(
         }
     }
     described
-}
-
-/// `roots` and every process below them now, from each process's parent
-/// in /proc.
-fn descendants(roots: &[u32]) -> Vec<u32> {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for p in procfs::all_pids().unwrap_or_default() {
-        if let Ok(s) = procfs::task_stat(p, p) {
-            children.entry(s.ppid).or_default().push(p);
-        }
-    }
-    let mut seen: HashSet<u32> = roots.iter().copied().collect();
-    let mut out = roots.to_vec();
-    let mut i = 0;
-    while let Some(&p) = out.get(i) {
-        for &c in children.get(&p).into_iter().flatten() {
-            // A parent read after its pid was reused cannot loop.
-            if seen.insert(c) {
-                out.push(c);
-            }
-        }
-        i += 1;
-    }
-    out.sort_unstable();
-    out
 }
 
 /// The names of frames the recorder named itself alone, as a names

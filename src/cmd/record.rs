@@ -57,6 +57,10 @@ pub struct Args {
     /// Record running processes (comma-separated pids).
     #[arg(short, long, value_delimiter = ',')]
     pid: Vec<u32>,
+    /// With --pid: also the processes already running under them (a
+    /// pre-fork server's workers, a pool's children).
+    #[arg(long, requires = "pid")]
+    children: bool,
     /// Record the whole system, excluding flamerec itself.
     #[arg(short, long)]
     all_cpus: bool,
@@ -125,7 +129,9 @@ pub struct Args {
 
 /// The library's options from the command line's.
 fn options(a: &Args) -> anyhow::Result<RecordOptions> {
-    let target = if !a.pid.is_empty() {
+    let target = if a.children {
+        Target::Pids(flamerec_record::with_children(&a.pid))
+    } else if !a.pid.is_empty() {
         Target::Pids(a.pid.clone())
     } else if let Some(cgroup) = &a.cgroup {
         Target::Cgroup(cgroup.clone())

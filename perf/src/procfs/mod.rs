@@ -10,6 +10,7 @@
 //! Parsing is separate from reading so that every format is tested on text.
 //! This module only reads files; it never touches a process's memory.
 
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 
@@ -129,6 +130,31 @@ fn numbered_entries(dir: &str) -> io::Result<Vec<u32>> {
         .collect();
     ids.sort_unstable();
     Ok(ids)
+}
+
+/// `roots` and every process below them now, from each process's parent
+/// in /proc.
+pub fn descendants(roots: &[u32]) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for p in all_pids().unwrap_or_default() {
+        if let Ok(s) = task_stat(p, p) {
+            children.entry(s.ppid).or_default().push(p);
+        }
+    }
+    let mut seen: HashSet<u32> = roots.iter().copied().collect();
+    let mut out = roots.to_vec();
+    let mut i = 0;
+    while let Some(&p) = out.get(i) {
+        for &c in children.get(&p).into_iter().flatten() {
+            // A parent read after its pid was reused cannot loop.
+            if seen.insert(c) {
+                out.push(c);
+            }
+        }
+        i += 1;
+    }
+    out.sort_unstable();
+    out
 }
 
 /// The name of thread `tid` of `pid` (its `comm`).
@@ -320,6 +346,17 @@ mod tests {
         assert!(stat.start_time.is_some());
         assert!(own_cpu_ticks().is_ok());
         assert!(all_pids().unwrap().contains(&me));
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let below = descendants(&[me]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            below.contains(&me) && below.contains(&child.id()),
+            "{below:?}"
+        );
         assert!(!comm_of(me, me).unwrap().is_empty());
         let gone = threads_of(u32::MAX).unwrap_err();
         assert!(is_gone(&gone), "{gone}");
