@@ -246,35 +246,7 @@ impl Session {
             Some(dir) => Watched::Cgroup(dir),
             None => Watched::Tasks(&tasks),
         };
-        // Python frames at the sample need BPF: root, or CAP_BPF with
-        // CAP_PERFMON (the kernel tells; see `BpfError::refused`). For a command,
-        // attached before it starts: a process or thread it forks takes its
-        // inherited event's program as that event has it then, so a program
-        // attached later reaches no CPython forked before (`sh -c 'python3
-        // a.py & python3 b.py'` showed one of the two). Likewise for the
-        // processes given to --pid and a cgroup's, whose children may fork
-        // while the recording starts (a parent starting 4 CPython children:
-        // 2 of 4 attach tries had children with no walk); system-wide, once
-        // a CPython is found (each sample of every other process would run
-        // the dispatcher meanwhile).
-        // Where they cannot be read, why: said if a CPython runs.
-        let (python, python_unread) = match opts.python {
-            PythonFrames::Off => (None, None),
-            mode => {
-                let now = mode == PythonFrames::On
-                    || launch.is_some()
-                    || matches!(opts.target, Target::Pids(_) | Target::Cgroup(_));
-                let command = launch.as_ref().map(|(_, program, _)| program.as_path());
-                let shown = crate::python::Shown {
-                    lines: opts.python_lines,
-                    interpreter: opts.python_interpreter,
-                };
-                match crate::python::Python::start(shown, command) {
-                    Ok(p) => (Some((p, now)), None),
-                    Err(why) => (None, Some(why)),
-                }
-            }
-        };
+        let (python, python_unread) = python_walker(opts, launch.as_ref());
         let program = python
             .as_ref()
             .filter(|(_, now)| *now)
@@ -353,27 +325,7 @@ impl Session {
         if off_cpu || kallsyms_loader.is_none() {
             st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
         }
-        let pid = match started_child {
-            Some((pid, program)) => {
-                let comm = program
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                st.command_started(pid as u32, &truncate_comm(&comm));
-                Some(pid)
-            }
-            None => {
-                let described = describe_running(&mut st, &opts.target, &HashSet::new());
-                for e in &events {
-                    sys::enable(&e.fd).map_err(|e| RecordError::sys("enabling perf events", e))?;
-                }
-                // Processes started between the first look and the events'
-                // enabling (a child forked and exec'd meanwhile) left no
-                // record: they are described now, from /proc.
-                describe_running(&mut st, &opts.target, &described);
-                None
-            }
-        };
+        let pid = begin(&mut st, &events, &opts.target, started_child)?;
         Ok(Session {
             st,
             events,
@@ -650,6 +602,81 @@ impl Session {
             ring_readers,
         })
     }
+}
+
+/// The Python walker with the ring its walks come in, and whether it is
+/// attached to each event as it is opened.
+type Walker = ((crate::python::Python, flamerec_bpf::RingBuffer), bool);
+
+/// The Python walker, made before the events are opened, and whether it
+/// is to be attached to them as they are: why Python frames cannot be read
+/// where it cannot be made.
+fn python_walker(
+    opts: &RecordOptions,
+    launch: Option<&Launch>,
+) -> (Option<Walker>, Option<String>) {
+    // Python frames at the sample need BPF: root, or CAP_BPF with
+    // CAP_PERFMON (the kernel tells; see `BpfError::refused`). For a command,
+    // attached before it starts: a process or thread it forks takes its
+    // inherited event's program as that event has it then, so a program
+    // attached later reaches no CPython forked before (`sh -c 'python3
+    // a.py & python3 b.py'` showed one of the two). Likewise for the
+    // processes given to --pid and a cgroup's, whose children may fork
+    // while the recording starts (a parent starting 4 CPython children:
+    // 2 of 4 attach tries had children with no walk); system-wide, once
+    // a CPython is found (each sample of every other process would run
+    // the dispatcher meanwhile).
+    // Where they cannot be read, why: said if a CPython runs.
+    match opts.python {
+        PythonFrames::Off => (None, None),
+        mode => {
+            let now = mode == PythonFrames::On
+                || launch.is_some()
+                || matches!(opts.target, Target::Pids(_) | Target::Cgroup(_));
+            let command = launch.map(|(_, program, _)| program.as_path());
+            let shown = crate::python::Shown {
+                lines: opts.python_lines,
+                interpreter: opts.python_interpreter,
+            };
+            match crate::python::Python::start(shown, command) {
+                Ok(p) => (Some((p, now)), None),
+                Err(why) => (None, Some(why)),
+            }
+        }
+    }
+}
+
+/// Recording begins: the command started is named, or what runs already
+/// is described and the events enabled (then described again: what started
+/// meanwhile left no record); the command's pid.
+fn begin<W: io::Write>(
+    st: &mut State<W>,
+    events: &[Event],
+    target: &Target,
+    started_child: Option<(i32, &PathBuf)>,
+) -> Result<Option<i32>, RecordError> {
+    let pid = match started_child {
+        Some((pid, program)) => {
+            let comm = program
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            st.command_started(pid as u32, &truncate_comm(&comm));
+            Some(pid)
+        }
+        None => {
+            let described = describe_running(st, target, &HashSet::new());
+            for e in events {
+                sys::enable(&e.fd).map_err(|e| RecordError::sys("enabling perf events", e))?;
+            }
+            // Processes started between the first look and the events'
+            // enabling (a child forked and exec'd meanwhile) left no
+            // record: they are described now, from /proc.
+            describe_running(st, target, &described);
+            None
+        }
+    };
+    Ok(pid)
 }
 
 /// Attached, system-wide or a cgroup: the names and executable mappings of
