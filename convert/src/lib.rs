@@ -133,10 +133,11 @@ impl<W: io::Write> Converter<W> {
     /// in the file and replacing whatever it overlaps, and, when
     /// executable, its unwind tables made known to the unwinder. A mapping
     /// older than the process's last exec (a record that came late) is of
-    /// an image already replaced, and is dropped.
-    pub fn mmap(&mut self, m: &Mmap<'_>) {
+    /// an image already replaced, and is dropped. Returns the module of a
+    /// mapping applied.
+    pub fn mmap(&mut self, m: &Mmap<'_>) -> Option<ModuleId> {
         if m.len == 0 {
-            return;
+            return None;
         }
         let end = m.start.saturating_add(m.len);
         let module = Module::mapped(m.path, m.build_id);
@@ -146,7 +147,7 @@ impl<W: io::Write> Converter<W> {
             .procs
             .map(m.pid, m.start, m.len, m.pgoff, id, kind, m.time_ns)
         {
-            return;
+            return None;
         }
         if m.exec {
             if let Some(u) = &mut self.unwinder {
@@ -162,6 +163,7 @@ impl<W: io::Write> Converter<W> {
             pgoff: m.pgoff,
             module: id,
         });
+        Some(id)
     }
 
     /// Whether a record of `pid` at `time_ns` is older than one already

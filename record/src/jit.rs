@@ -405,7 +405,8 @@ impl JitNames {
         let mut advice: Vec<(u64, String)> = by_comm
             .into_iter()
             .filter_map(|((comm, wrote), n)| {
-                let all = of_comm.get(comm).copied().unwrap_or(n).max(n).max(1);
+                // Every sample counted here was counted in `samples` too.
+                let all = of_comm.get(comm).copied().unwrap_or(0).max(n);
                 (n * 100 >= all).then(|| (n, setup_advice(comm, wrote, n, all)))
             })
             .collect();

@@ -22,7 +22,7 @@ use std::io;
 use std::ops::Range;
 
 use flamerec_convert::{Converter, Mmap};
-use flamerec_format::{Frame, Module as FileModule, ModuleId, Sample, Totals, Writer};
+use flamerec_format::{Frame, ModuleId, Sample, Totals, Writer};
 use flamerec_perf::parse::{words, Layout, PerfRecord, SampleRecord};
 use flamerec_symbolize::kallsyms::Kallsyms;
 use flamerec_symbolize::live::vdso_image;
@@ -145,8 +145,10 @@ pub(crate) struct State<W: io::Write> {
     jit: JitNames,
     /// Each process's mapped files, reached as it sees them.
     files: ProcessFiles,
-    /// Modules read elsewhere than at their paths, not yet told the namer.
+    /// Modules read elsewhere than at their paths, not yet told the namer,
+    /// and every module told.
     located: Vec<(ModuleId, Located)>,
+    located_told: HashSet<ModuleId>,
     /// Which processes' identities were written.
     identities: Identities,
     /// Dwarf mode's stack copy is as large as the kernel copies.
@@ -180,6 +182,7 @@ impl<W: io::Write> State<W> {
             jit: JitNames::default(),
             files: ProcessFiles::default(),
             located: Vec::new(),
+            located_told: HashSet::new(),
             identities: Identities::default(),
             copy_is_largest: c.copy_is_largest,
         }
@@ -248,7 +251,7 @@ impl<W: io::Write> State<W> {
             _ => build_id,
         };
         let read_from = reached.as_ref().and_then(|r| r.at.file.to_str());
-        self.conv.mmap(&Mmap {
+        let module = self.conv.mmap(&Mmap {
             pid,
             start: range.start,
             len: range.end.saturating_sub(range.start),
@@ -259,12 +262,11 @@ impl<W: io::Write> State<W> {
             exec: true,
             time_ns,
         });
-        if let Some(r) = &reached {
-            let module = self
-                .conv
-                .writer_mut()
-                .module(&FileModule::mapped(path, build_id));
-            self.located.push((module, r.at.clone()));
+        // The namer is told once per module where it is read.
+        if let (Some(r), Some(module)) = (&reached, module) {
+            if self.located_told.insert(module) {
+                self.located.push((module, r.at.clone()));
+            }
         }
         if let Some(p) = &mut self.python {
             p.mapped(pid, path, &self.conv);
