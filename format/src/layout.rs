@@ -50,4 +50,7 @@ pub(crate) mod tag {
     /// Names the recorder made itself (Python code), as it learned them:
     /// the names record's payload, before the trailer (2.1).
     pub const OWN_NAMES: u8 = 67;
+    /// How far the recorder's lookup of names has come: frames with lower
+    /// ids are named (or left for fold) by the names records before it (2.1).
+    pub const NAMES_THROUGH: u8 = 68;
 }

@@ -36,7 +36,8 @@
 //! | 64 | names | optional record: names of sampled user frames ([`write_names`]) |
 //! | 65 | names end | optional record: JSON [`NamesEnd`]; last record of the file |
 //! | 66 | identity | optional record (2.1): JSON [`Identity`], a process's cgroup, container and pid in its own namespace; before the trailer |
-//! | 67 | own names | optional record (2.1): names the recorder made itself (Python code), as a names record's payload, written as they are learned; before the trailer |
+//! | 67 | own names | optional record (2.1): names of sampled frames as the recorder learns them (Python code, JIT code, binaries' functions), as a names record's payload; before the trailer |
+//! | 68 | names through | optional record (2.1): frame count n — frames with lower ids were looked up (named by the names records before it, or left for `fold`); before the trailer |
 //!
 //! Tags from 64 on frame their record as `tag, length, payload`, so a reader
 //! skips optional records it does not know. The names section (format 1.1)
@@ -76,7 +77,7 @@ pub use reader::{Damage, Reader, Tables};
 pub use summary::{ContainerSamples, Summary};
 pub use types::{
     Event, Frame, FrameId, Identity, JitFrames, KernelSymbol, Mapping, Metadata, Module, ModuleId,
-    ModuleKind, PythonRead, ReadGap, Sample, StackId, StringId, Totals,
+    ModuleKind, PythonRead, ReadGap, Sample, StackId, StringId, Totals, Window,
 };
 pub use writer::{Writer, DEFAULT_LEVEL};
 

@@ -62,6 +62,10 @@ pub struct EmbeddedNames {
     pub end: Option<NamesEnd>,
     /// Why the section could not be read whole, if so.
     pub damage: Option<String>,
+    /// Frames with lower ids were looked up while recording, as far as the
+    /// stream read so far says: named in `frames`, or left for `fold`
+    /// (0 where the recording does not say).
+    pub through: u64,
 }
 
 impl EmbeddedNames {

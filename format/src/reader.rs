@@ -118,6 +118,7 @@ enum Item {
     ReferencedFrames(FrameId),
     Names(std::collections::HashMap<FrameId, Vec<std::sync::Arc<str>>>),
     NamesEnd(NamesEnd),
+    NamesThrough(u64),
 }
 
 /// Reads a `.frec` stream chunk by chunk.
@@ -369,6 +370,11 @@ impl<R: Read> Reader<R> {
                         let mut map = std::collections::HashMap::new();
                         names::decode(body, frames, &mut map)?;
                         items.push(Item::Names(map));
+                    }
+                    tag::NAMES_THROUGH if !self.after_totals => {
+                        let mut b = Cursor::new(body);
+                        let n = b.u64("names through")?;
+                        items.push(Item::NamesThrough(n));
                     }
                     tag::IDENTITY if !self.after_totals => {
                         let id =
@@ -635,6 +641,7 @@ impl<R: Read> Reader<R> {
                     events.push(*e);
                 }
                 Item::Names(map) => self.names.frames.extend(map),
+                Item::NamesThrough(n) => self.names.through = self.names.through.max(n),
                 Item::NamesEnd(end) => {
                     self.names.end = Some(end);
                     // Nothing follows the names section's end.

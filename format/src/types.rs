@@ -38,6 +38,25 @@ pub struct Metadata {
     /// (format 1.1; absent in older files).
     #[serde(default)]
     pub embeds_names: bool,
+    /// A window of a continuous recording (`flamerec agent`): which one,
+    /// and the part of the stream it holds. Absent in other recordings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+}
+
+/// One window cut from a continuous recording.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    /// Counts up from 0 in each run of the agent.
+    pub index: u64,
+    /// The window's start, nanoseconds since the Unix epoch (the file's
+    /// `start_unix_ns` is the same instant).
+    pub start_unix_ns: u64,
+    /// Its length in nanoseconds.
+    pub duration_ns: u64,
+    /// When the agent that cut it started, nanoseconds since the Unix
+    /// epoch: windows of one run share it.
+    pub run_unix_ns: u64,
 }
 
 /// Totals written in the trailer; their presence marks a complete file.
@@ -161,6 +180,10 @@ pub struct Identity {
     /// Its container's id (64 hex digits), empty on the host.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub container: String,
+    /// Its executable's path as the process sees it (`/proc/PID/exe`),
+    /// empty when unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub executable: String,
 }
 
 impl Identity {

@@ -234,9 +234,23 @@ impl<W: Write> Writer<W> {
             return;
         }
         self.emit_samples();
-        let refs: Vec<&(FrameId, Vec<String>)> = names.iter().collect();
+        let mut refs: Vec<&(FrameId, Vec<String>)> = names.iter().collect();
+        // The encoding stores ids as deltas: in order, each once.
+        refs.sort_unstable_by_key(|(id, _)| *id);
+        refs.dedup_by_key(|(id, _)| *id);
         let body = crate::names::encode(&refs);
         self.buf.push(tag::OWN_NAMES);
+        put_bytes(&mut self.buf, &body);
+    }
+
+    /// Frames with ids below `frames` have been looked up: each is named by
+    /// the names records written so far or has no name the recorder could
+    /// give (an optional record: readers that do not know it skip it).
+    pub fn names_through(&mut self, frames: u32) {
+        self.emit_samples();
+        let mut body = Vec::new();
+        put_u64(&mut body, u64::from(frames));
+        self.buf.push(tag::NAMES_THROUGH);
         put_bytes(&mut self.buf, &body);
     }
 

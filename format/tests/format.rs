@@ -32,6 +32,7 @@ fn meta() -> Metadata {
         weight_unit: "samples".into(),
         flamerec_version: "0".into(),
         embeds_names: false,
+        window: None,
     }
 }
 
@@ -349,6 +350,7 @@ fn identities_round_trip_and_count_samples_per_container() {
         cgroup: format!("/libpod_parent/libpod-{id}"),
         runtime: "podman".into(),
         container: id.into(),
+        executable: "/usr/bin/python3".into(),
     };
     let on_host = Identity {
         time_ns: 2_000,

@@ -2,8 +2,11 @@
 //! address) is named while the recording runs, on threads at the lowest
 //! priority that take the frames new since their last batch, from the
 //! binaries the recorder saw — with their separate debug files and the
-//! symbol cache `fold` uses ([`flamerec_symbolize::Namer`]). At the end only
-//! the frames of the last batch are left; the names follow the trailer.
+//! symbol cache `fold` uses ([`flamerec_symbolize::Namer`]). Each batch's
+//! names go into the recording as they come back (an own-names record and
+//! how far the lookup has come), so a recording cut short keeps them and a
+//! continuous recording's windows carry theirs; at the end only the frames
+//! of the last batch are left, and their names follow the trailer.
 //!
 //! Binaries that vanished before they were read, cannot be read or changed
 //! since they were mapped (build id mismatch) are left out: `fold` looks
@@ -11,7 +14,7 @@
 //! gives the count.
 
 use std::io::Write;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,11 +35,17 @@ struct Batch {
     frames: Vec<Frame>,
 }
 
+/// What one batch's lookup found: names, and the frame count it covered.
+type Named = (Vec<(FrameId, Vec<String>)>, FrameId);
+
 /// The naming thread, fed by the draining loop.
 pub(crate) struct Names {
     /// The naming threads run at the lowest priority.
     lowered: bool,
     batches: Sender<Batch>,
+    named: Receiver<Named>,
+    /// Names written into the recording as they came back.
+    streamed: u64,
     thread: JoinHandle<Embedding>,
     modules_sent: usize,
     frames_sent: usize,
@@ -55,12 +64,15 @@ impl Names {
             ..opts.clone()
         };
         let (batches, rx) = mpsc::channel();
+        let (found, named) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("flamerec-names".into())
-            .spawn(move || name_batches(&names, &rx, lower))?;
+            .spawn(move || name_batches(&names, &rx, &found, lower))?;
         Ok(Names {
             lowered: lower,
             batches,
+            named,
+            streamed: 0,
             thread,
             modules_sent: 0,
             frames_sent: 0,
@@ -81,6 +93,21 @@ impl Names {
         if self.last_batch.elapsed() >= BATCH_EVERY {
             self.last_batch = Instant::now();
             self.send(writer);
+        }
+    }
+
+    /// Writes the names that came back since the last call, and how far
+    /// the lookup has come.
+    pub(crate) fn write_found<W: Write>(&mut self, writer: &mut Writer<W>) {
+        loop {
+            match self.named.try_recv() {
+                Ok((names, through)) => {
+                    self.streamed += names.len() as u64;
+                    writer.own_names(&names);
+                    writer.names_through(through);
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return,
+            }
         }
     }
 
@@ -114,6 +141,8 @@ impl Names {
         Pending {
             thread: self.thread,
             started,
+            streamed: self.streamed,
+            named: self.named,
         }
     }
 }
@@ -122,12 +151,19 @@ impl Names {
 pub(crate) struct Pending {
     thread: JoinHandle<Embedding>,
     started: Instant,
+    /// Names already in the recording.
+    streamed: u64,
+    /// Names found but not yet written: they go into the names section.
+    named: Receiver<Named>,
 }
 
 impl Pending {
     /// Waits for the names; `None` when the naming thread failed.
     pub(crate) fn wait(self) -> Option<Lookup> {
-        let e = self.thread.join().ok()?;
+        let mut e = self.thread.join().ok()?;
+        for (names, _) in self.named.try_iter() {
+            e.names.extend(names);
+        }
         let mut warnings = e.warnings;
         if e.unusable_modules > 0 {
             let s = if e.unusable_modules == 1 { "y" } else { "ies" };
@@ -138,7 +174,7 @@ impl Pending {
         }
         Some(Lookup {
             summary: NamesSummary {
-                frames: e.names.len() as u64,
+                frames: e.names.len() as u64 + self.streamed,
                 left_out: e.unusable_frames as u64,
                 elapsed: Default::default(),
             },
@@ -151,7 +187,12 @@ impl Pending {
 
 /// The naming thread: each round takes every batch waiting (one lookup per
 /// binary for all of them) until the draining loop hangs up.
-fn name_batches(opts: &NameOptions, rx: &Receiver<Batch>, lower: bool) -> Embedding {
+fn name_batches(
+    opts: &NameOptions,
+    rx: &Receiver<Batch>,
+    found: &Sender<Named>,
+    lower: bool,
+) -> Embedding {
     if lower {
         // Failing to lower it leaves it where it is: still correct.
         let _ = sys::lower_namer_priority();
@@ -166,7 +207,10 @@ fn name_batches(opts: &NameOptions, rx: &Receiver<Batch>, lower: bool) -> Embedd
         for (module, at) in batch.located {
             namer.locate(module, at);
         }
+        let through = batch.first.saturating_add(batch.frames.len() as FrameId);
         namer.add(&batch.modules, batch.first, &batch.frames);
+        // The receiver lives until the names section is written.
+        let _ = found.send((namer.take_names(), through));
     }
     namer.finish()
 }

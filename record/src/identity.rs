@@ -45,6 +45,9 @@ pub(crate) fn read(pid: u32, time_ns: u64) -> Option<Identity> {
             .map_or_else(String::new, |c| c.runtime.name().to_string()),
         container: container.map_or_else(String::new, |c| c.id),
         cgroup,
+        executable: std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     })
 }
 
@@ -59,6 +62,8 @@ mod tests {
         let first = ids.first(me, 5).expect("this process");
         assert_eq!((first.pid, first.ns_pid, first.time_ns), (me, me, 5));
         assert!(first.cgroup.starts_with('/'));
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(first.executable, exe.to_string_lossy());
         assert_eq!(ids.first(me, 6), None);
         ids.exec(me);
         assert!(ids.first(me, 7).is_some());

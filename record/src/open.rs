@@ -55,6 +55,7 @@ pub(crate) fn open_output(
         weight_unit: if off_cpu { "ns" } else { "samples" }.into(),
         flamerec_version: env!("CARGO_PKG_VERSION").into(),
         embeds_names: opts.embed_names.is_some(),
+        window: None,
     };
     let spool = Spool::new(file)
         .map_err(|e| RecordError::sys("starting the thread that writes the output", e))?;

@@ -412,6 +412,7 @@ impl Session {
             if let Some(n) = names {
                 n.locate(st.take_located());
                 n.offer(st.writer());
+                n.write_found(st.writer_mut());
                 st.losses().phase_done(Phase::Names);
             }
             if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {

@@ -394,7 +394,7 @@ fn newest_sample<'a>(layout: &Layout, buf: &'a [u8]) -> (Option<SampleRecord<'a>
     let mut lost = 0;
     for (ty, misc, body) in split(buf, &mut malformed) {
         match layout.decode(ty, misc, body) {
-            Some(PerfRecord::Sample(s)) if newest.as_ref().map_or(true, |n| s.time >= n.time) => {
+            Some(PerfRecord::Sample(s)) if newest.as_ref().is_none_or(|n| s.time >= n.time) => {
                 newest = Some(s);
             }
             Some(PerfRecord::Lost { count, .. }) => lost += count,

@@ -134,6 +134,12 @@ impl Namer {
         self.located.insert(module, at);
     }
 
+    /// The names found since the last call (the rest of the [`Embedding`]
+    /// stays for [`Namer::finish`]).
+    pub fn take_names(&mut self) -> Vec<(FrameId, Vec<String>)> {
+        std::mem::take(&mut self.out.names)
+    }
+
     /// Closes every binary (writing the symbol cache) and returns the names.
     pub fn finish(mut self) -> Embedding {
         // Every thread is told first, so they write the cache at once.

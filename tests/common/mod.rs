@@ -434,7 +434,7 @@ pub fn proc_stat(pid: u32) -> Option<TaskStat> {
 
 /// Whether `pid` has ended and not been reaped (or is gone).
 pub fn is_zombie(pid: u32) -> bool {
-    proc_stat(pid).map_or(true, |s| s.is_gone())
+    proc_stat(pid).is_none_or(|s| s.is_gone())
 }
 
 /// The CPU time `pid` has used, in clock ticks (0 when it cannot say).
