@@ -163,6 +163,15 @@ pub fn fold_input(
     }
 }
 
+/// Folds a `.frec` recording held in memory (`label` names it in errors).
+pub fn fold_bytes(bytes: Vec<u8>, label: &Path, opts: &FoldOptions) -> Result<Profile, FoldError> {
+    let reader = Reader::new(Cursor::new(bytes)).map_err(|source| FoldError::Format {
+        path: label.to_path_buf(),
+        source,
+    })?;
+    fold_reader(reader, label, opts, &FoldProgress::default())
+}
+
 /// perf.data (file or pipe mode) imported as it is for folding: a `.frec`
 /// recording in memory, and the warnings of its import (another kernel, a
 /// damaged tail), one line each. For `flamerec info`.

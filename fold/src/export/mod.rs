@@ -18,8 +18,9 @@
 //! time order and the Firefox Profiler's tracks have nothing to show.
 
 mod firefox;
+mod otlp;
 mod pprof;
-mod proto;
+pub mod proto;
 mod speedscope;
 
 use std::io;
@@ -30,6 +31,7 @@ use flamerec_symbolize::{FuncId, Function, Symbols};
 use rustc_hash::FxHashMap as HashMap;
 
 pub use firefox::write_firefox;
+pub use otlp::{write_otlp, OtlpResource, OtlpValue};
 pub use pprof::{write_pprof, write_pprof_folded};
 pub use speedscope::{write_speedscope, SPEEDSCOPE_SCHEMA};
 

@@ -293,22 +293,22 @@ fn location(
 }
 
 /// The address range each used module gets in the profile.
-struct Layout {
+pub(super) struct Layout {
     /// Per module id: its range, `None` when unused.
-    ranges: Vec<Option<Range>>,
+    pub(super) ranges: Vec<Option<Range>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Range {
-    start: u64,
-    limit: u64,
+pub(super) struct Range {
+    pub(super) start: u64,
+    pub(super) limit: u64,
     /// Added to a frame's stored address: the made-up base of file-backed
     /// binaries, 0 for absolute addresses.
     shift: u64,
 }
 
 impl Layout {
-    fn new(t: &Timeline, stacks: impl Iterator<Item = StackId>) -> Layout {
+    pub(super) fn new(t: &Timeline, stacks: impl Iterator<Item = StackId>) -> Layout {
         // Lowest and highest stored address per module.
         let mut bounds: Vec<Option<(u64, u64)>> = vec![None; t.modules.len()];
         let mut seen = vec![false; t.nodes.len()];
@@ -357,7 +357,7 @@ impl Layout {
         Layout { ranges }
     }
 
-    fn address(&self, module: usize, stored: u64) -> u64 {
+    pub(super) fn address(&self, module: usize, stored: u64) -> u64 {
         match self.ranges.get(module) {
             Some(Some(r)) => stored.saturating_add(r.shift),
             _ => stored,
@@ -458,7 +458,7 @@ impl Builder {
 }
 
 /// Lowercase hex, as pprof and `readelf` show GNU build ids.
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
