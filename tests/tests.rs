@@ -10,6 +10,7 @@
 mod common;
 
 mod accuracy;
+mod agent;
 mod cli;
 mod containers;
 mod deep;

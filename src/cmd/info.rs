@@ -76,6 +76,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "frequency_hz": m.frequency_hz,
             "call_graph": m.call_graph,
             "command": m.command,
+            "window": m.window,
             "host": m.host,
             "kernel_release": m.kernel_release,
             "processes": s.processes,
@@ -244,6 +245,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         InputKind::Recording => format!("flamerec {}", m.flamerec_version),
         _ => "perf".to_string(),
     };
+    if let Some(win) = &m.window {
+        writeln!(
+            w,
+            "window:     {} of a continuous recording (flamerec agent), {:.2} s from {} UTC; the run started {} UTC",
+            win.index,
+            win.duration_ns as f64 / 1e9,
+            utc(win.start_unix_ns),
+            utc(win.run_unix_ns)
+        )?;
+    }
     writeln!(
         w,
         "recorded:   on {} (Linux {}) by {by}",
@@ -395,4 +406,43 @@ fn folded_info(
         w,
         "missing:    nothing: folded text names its frames already"
     )
+}
+
+/// A Unix time in nanoseconds as `YYYY-MM-DD HH:MM:SS.mmm`.
+fn utc(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let ms = (unix_ns / 1_000_000) % 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03}",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod utc_tests {
+    #[test]
+    fn civil_times() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(
+            super::utc(1_795_883_127_136_593_100),
+            "2026-11-28 16:25:27.136"
+        );
+        assert_eq!(
+            super::utc(951_782_400_000_000_000),
+            "2000-02-29 00:00:00.000"
+        );
+    }
 }

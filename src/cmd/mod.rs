@@ -1,6 +1,7 @@
 //! One module per subcommand; each turns its clap arguments into the
 //! library's plain options and reports the result.
 
+mod agent;
 mod completions;
 mod diff;
 mod fold;
@@ -40,6 +41,8 @@ enum Command {
     View(view::Args),
     /// Every thread's kernel and user stack now, running threads included.
     Stacks(stacks::Args),
+    /// Record the whole system without end, in windows delivered to OTLP, Pyroscope or a directory.
+    Agent(agent::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::Args),
 }
@@ -66,6 +69,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record(a) => record::run(a),
         Command::Fold(a) => fold::run(a),
+        Command::Agent(a) => agent::run(a),
         Command::Info(a) => info::run(a),
         Command::Diff(a) => diff::run(a),
         Command::View(a) => view::run(a),

@@ -15,7 +15,7 @@ use flamerec_record::{
 use super::Exit;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Mode {
+pub(super) enum Mode {
     /// Frame pointers only (cheapest).
     Fp,
     /// Kernel callchain + user stack copy unwound with CFI.
@@ -27,7 +27,7 @@ enum Mode {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Python {
+pub(super) enum Python {
     /// From the start for a command, else from the first CPython found.
     Auto,
     On,
@@ -35,11 +35,42 @@ enum Python {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum Event {
+pub(super) enum Event {
     CpuClock,
     TaskClock,
     Cycles,
     OffCpu,
+}
+
+impl From<Mode> for CallGraph {
+    fn from(m: Mode) -> CallGraph {
+        match m {
+            Mode::Fp => CallGraph::Fp,
+            Mode::Dwarf => CallGraph::Dwarf,
+            Mode::FpDefer => CallGraph::FpDefer,
+        }
+    }
+}
+
+impl From<Python> for PythonFrames {
+    fn from(p: Python) -> PythonFrames {
+        match p {
+            Python::Auto => PythonFrames::Auto,
+            Python::On => PythonFrames::On,
+            Python::Off => PythonFrames::Off,
+        }
+    }
+}
+
+impl From<Event> for EventKind {
+    fn from(e: Event) -> EventKind {
+        match e {
+            Event::CpuClock => EventKind::CpuClock,
+            Event::TaskClock => EventKind::TaskClock,
+            Event::Cycles => EventKind::Cycles,
+            Event::OffCpu => EventKind::OffCpu,
+        }
+    }
 }
 
 /// Arguments of `flamerec record`.
@@ -152,19 +183,10 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
     Ok(RecordOptions {
         output: a.output.clone(),
         frequency: a.freq,
-        call_graph: match a.call_graph {
-            Mode::Fp => CallGraph::Fp,
-            Mode::Dwarf => CallGraph::Dwarf,
-            Mode::FpDefer => CallGraph::FpDefer,
-        },
+        call_graph: a.call_graph.into(),
         target,
         duration,
-        event: match a.event {
-            Event::CpuClock => EventKind::CpuClock,
-            Event::TaskClock => EventKind::TaskClock,
-            Event::Cycles => EventKind::Cycles,
-            Event::OffCpu => EventKind::OffCpu,
-        },
+        event: a.event.into(),
         kernel: !a.no_kernel,
         keep_profiler_frames: a.keep_profiler_frames,
         trim: a.trim.clone(),
@@ -172,11 +194,7 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
         stack_size: a.stack_size,
         embed_names: (!a.no_embed_symbols).then(flamerec_record::NameOptions::standard),
         ring_readers: a.ring_readers,
-        python: match a.python {
-            Python::Auto => PythonFrames::Auto,
-            Python::On => PythonFrames::On,
-            Python::Off => PythonFrames::Off,
-        },
+        python: a.python.into(),
         python_lines: a.python_lines,
         python_interpreter: a.python_interpreter,
     })
