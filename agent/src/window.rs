@@ -19,7 +19,7 @@ use flamerec_format::{
 };
 
 /// How far past a window's end the stream goes before the window is cut.
-pub const SETTLE_NS: u64 = 1_000_000_000;
+pub const SETTLE_NS: u64 = 500_000_000;
 
 /// The longest a cut window waits for the names of its frames.
 pub const NAMES_WAIT: Duration = Duration::from_secs(5);
