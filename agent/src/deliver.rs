@@ -48,6 +48,8 @@ pub struct Payload {
     pub path: String,
     /// Its `Content-Type`.
     pub content_type: String,
+    /// Its `Content-Encoding` (`gzip`), empty for none.
+    pub encoding: String,
     /// The body.
     pub body: Vec<u8>,
     /// When its window ended, nanoseconds since the Unix epoch (the delay
@@ -57,9 +59,13 @@ pub struct Payload {
 
 impl Payload {
     fn to_bytes(&self) -> Vec<u8> {
-        let mut out =
-            serde_json::to_vec(&(&self.path, &self.content_type, self.window_end_unix_ns))
-                .unwrap_or_default();
+        let head = (
+            &self.path,
+            &self.content_type,
+            &self.encoding,
+            self.window_end_unix_ns,
+        );
+        let mut out = serde_json::to_vec(&head).unwrap_or_default();
         out.push(b'\n');
         out.extend_from_slice(&self.body);
         out
@@ -67,11 +73,12 @@ impl Payload {
 
     fn from_bytes(bytes: &[u8]) -> Option<Payload> {
         let nl = bytes.iter().position(|&b| b == b'\n')?;
-        let (path, content_type, window_end_unix_ns): (String, String, u64) =
+        let (path, content_type, encoding, window_end_unix_ns): (String, String, String, u64) =
             serde_json::from_slice(&bytes[..nl]).ok()?;
         Some(Payload {
             path,
             content_type,
+            encoding,
             body: bytes[nl + 1..].to_vec(),
             window_end_unix_ns,
         })
@@ -226,9 +233,18 @@ impl Sending {
                 current = Some(path.clone());
                 tries = 0;
             }
-            let Some(p) = fs::read(&path).ok().and_then(|b| Payload::from_bytes(&b)) else {
-                // Pushed out by the bounds meanwhile, or not ours: gone.
-                let _ = fs::remove_file(&path);
+            let p = match fs::read(&path) {
+                Ok(b) => Payload::from_bytes(&b),
+                // Pushed out by the bounds meanwhile: gone.
+                Err(_) => continue,
+            };
+            let Some(p) = p else {
+                eprintln!(
+                    "flamerec: warning: {}: {} is not a payload this flamerec wrote: dropped",
+                    self.name,
+                    path.display()
+                );
+                self.drop_payload(&path);
                 continue;
             };
             let wait = match self.send(&p) {
@@ -287,6 +303,9 @@ impl Sending {
 
     fn send(&self, p: &Payload) -> Outcome {
         let mut headers: Vec<(&str, &str)> = vec![("Content-Type", p.content_type.as_str())];
+        if !p.encoding.is_empty() {
+            headers.push(("Content-Encoding", p.encoding.as_str()));
+        }
         headers.extend(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         match http::post(
             &self.to.with_path(&p.path),
@@ -314,6 +333,7 @@ mod tests {
         let p = Payload {
             path: "/v1development/profiles".into(),
             content_type: "application/x-protobuf".into(),
+            encoding: "gzip".into(),
             body: vec![0, b'\n', 255],
             window_end_unix_ns: 7,
         };

@@ -234,12 +234,13 @@ impl Sinks {
         }
         if let Some((d, path)) = &self.otlp {
             let resources: Vec<OtlpResource> = sent(w).map(|p| self.resource(p)).collect();
-            match write_otlp(&profile, &resources) {
+            match write_otlp(&profile, &resources).and_then(|b| gzip(&b)) {
                 Ok(body) => {
                     bytes += body.len() as u64;
                     let p = Payload {
                         path: path.clone(),
                         content_type: "application/x-protobuf".into(),
+                        encoding: "gzip".into(),
                         body,
                         window_end_unix_ns: end,
                     };
@@ -257,6 +258,7 @@ impl Sinks {
                     let p = Payload {
                         path: PYROSCOPE_PUSH_PATH.into(),
                         content_type: "application/proto".into(),
+                        encoding: String::new(),
                         body,
                         window_end_unix_ns: end,
                     };
@@ -377,6 +379,15 @@ fn fold_window(w: &WindowFile, pids: &[u32]) -> Result<Profile, String> {
     };
     let label = format!("window {}", w.window.index);
     flamerec_fold::fold_bytes(w.bytes.clone(), Path::new(&label), &opts).map_err(|e| e.to_string())
+}
+
+/// `body` gzipped (OTLP/HTTP takes `Content-Encoding: gzip`): a window's
+/// request with deep stacks shrinks several times (its names repeat).
+fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(body)?;
+    z.finish()
 }
 
 fn pprof_bytes(p: &Profile) -> Result<Vec<u8>, String> {

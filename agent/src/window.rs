@@ -427,3 +427,142 @@ impl Copy {
         id
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flamerec_format::{Frame, Module, Reader};
+
+    const S: u64 = 1_000_000_000;
+
+    /// A stream of two threads' samples at `times` (ns), one stack each,
+    /// and the names of its frames as the recorder writes them.
+    fn stream(times: &[(u32, u64)], names_through: bool) -> Vec<u8> {
+        let meta = Metadata {
+            start_unix_ns: 100 * S,
+            event: "cpu-clock".into(),
+            frequency_hz: 19,
+            weight_unit: "samples".into(),
+            ..Metadata::default()
+        };
+        let mut w = Writer::new(Vec::new(), &meta).unwrap();
+        let m = w.module(&Module::mapped("/bin/prog", &[1, 2]));
+        let main = w.frame(Frame {
+            module: m,
+            address: 0x10,
+        });
+        let work = w.frame(Frame {
+            module: m,
+            address: 0x20,
+        });
+        let stack = w.stack(&[main, work]);
+        w.comm(0, 7, 7, "prog", true);
+        w.comm(0, 7, 8, "worker", false);
+        for &(tid, t) in times {
+            w.sample(Sample {
+                time_ns: t,
+                pid: 7,
+                tid,
+                stack,
+                weight: 1,
+            });
+        }
+        w.own_names(&[(main, vec!["main".into()]), (work, vec!["work".into()])]);
+        if names_through {
+            w.names_through(2);
+        }
+        w.finish(Totals::default()).unwrap()
+    }
+
+    /// Feeds the whole stream, then asks for windows (`ended` as given).
+    fn cut(
+        bytes: &[u8],
+        window: Duration,
+        run_unix_ns: u64,
+        ended: bool,
+    ) -> (Cutter, Reader<&[u8]>, Vec<WindowFile>) {
+        let mut r = Reader::new(bytes).unwrap();
+        let mut c = Cutter::new(r.metadata(), window, run_unix_ns);
+        while let Some(events) = r.next_events().unwrap() {
+            c.feed(events);
+        }
+        let ready = c.ready(r.tables(), r.names(), ended).unwrap();
+        (c, r, ready)
+    }
+
+    #[test]
+    fn samples_fall_in_the_windows_of_their_time() {
+        let times = [
+            (7, S / 5),
+            (8, 4 * S + 9 * S / 10),
+            (7, 5 * S + S / 10),
+            (8, 12 * S),
+        ];
+        let bytes = stream(&times, true);
+        // The run started 2 s before the stream: windows lie on the run's clock.
+        let (_, _, ready) = cut(&bytes, Duration::from_secs(5), 98 * S, false);
+        let counts: Vec<(u64, u64, u64)> = ready
+            .iter()
+            .map(|w| (w.window.index, w.samples, w.window.start_unix_ns))
+            .collect();
+        // Windows [98, 103) and [103, 108) s: the samples at 100.2, then 104.9 and 105.1.
+        assert_eq!(counts, [(0, 1, 100 * S), (1, 2, 103 * S)], "{counts:?}");
+        assert_eq!(
+            ready[0].window.duration_ns,
+            3 * S,
+            "the stream began inside window 0"
+        );
+        // The window of the sample at 112 s is cut once the stream has ended.
+        let (_, _, all) = cut(&bytes, Duration::from_secs(5), 98 * S, true);
+        assert_eq!(all.len(), 3);
+        assert_eq!((all[2].window.index, all[2].samples), (2, 1));
+    }
+
+    #[test]
+    fn a_window_is_a_recording_with_its_names_and_threads() {
+        let bytes = stream(&[(7, S), (8, 2 * S), (8, 7 * S)], true);
+        let (_, _, ready) = cut(&bytes, Duration::from_secs(5), 100 * S, false);
+        assert_eq!(ready.len(), 1);
+        let w = &ready[0];
+        assert!(!w.names_late);
+        assert_eq!(w.processes[0].pid, 7);
+        assert_eq!(w.processes[0].name, "prog");
+        let mut r = Reader::new(w.bytes.as_slice()).unwrap();
+        assert_eq!(r.metadata().window, Some(w.window));
+        let mut samples = 0;
+        let mut comms = Vec::new();
+        while let Some(events) = r.next_events().unwrap() {
+            for e in events {
+                match e {
+                    Event::Samples(s) => samples += s.len(),
+                    Event::Comm { tid, name, .. } => comms.push((tid, name)),
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(samples, 2);
+        assert_eq!(comms, [(7, "prog".to_string()), (8, "worker".to_string())]);
+        let mut named: Vec<String> = r
+            .names()
+            .frames
+            .values()
+            .flatten()
+            .map(|s| s.to_string())
+            .collect();
+        named.sort();
+        assert_eq!(named, ["main", "work"]);
+        assert_eq!(r.names().state(), flamerec_format::NamesState::Embedded);
+    }
+
+    #[test]
+    fn a_cut_window_waits_for_its_names() {
+        let bytes = stream(&[(7, S), (7, 7 * S)], false);
+        let (mut c, r, ready) = cut(&bytes, Duration::from_secs(5), 100 * S, false);
+        assert!(ready.is_empty(), "handed on before its names came");
+        let mut names = r.names().clone();
+        names.through = 2;
+        let ready = c.ready(r.tables(), &names, false).unwrap();
+        assert_eq!(ready.len(), 1);
+        assert!(!ready[0].names_late);
+    }
+}

@@ -173,6 +173,10 @@ pub struct RecordOptions {
     /// eval-loop call under the Python frames it ran, and the calls between
     /// two of them (`_PyFunction_Vectorcall`, …), left out by default.
     pub python_interpreter: bool,
+    /// How often what was recorded is cut into a chunk and handed to the
+    /// output, at most (1 s; a reader of the stream as it is written, like
+    /// the agent, sees it this often).
+    pub chunk_every: Duration,
 }
 
 /// When the recorder reads Python frames at each sample (a BPF program that
@@ -231,6 +235,7 @@ impl Default for RecordOptions {
             python: PythonFrames::Auto,
             python_lines: false,
             python_interpreter: false,
+            chunk_every: Duration::from_secs(1),
         }
     }
 }

@@ -36,8 +36,22 @@ use crate::sys;
 
 use crate::pynames::MODULE;
 
-/// The ring the walks go through: records of up to 3 KiB, read each round.
-const RING_BYTES: u32 = 8 << 20;
+/// The ring the walks go through: records of up to 3 KiB, read each round;
+/// sized for two seconds of walks at the sampling rate, within these.
+const RING_BYTES: std::ops::RangeInclusive<u32> = (256 << 10)..=(8 << 20);
+
+/// The walks' ring for `walks_per_s` samples a second (frequency × CPUs): two
+/// seconds of the largest records, a power of two (the kernel's rule) within
+/// [`RING_BYTES`]. At 999 Hz on 2 CPUs that is the 8 MiB it always was; at
+/// 19 Hz, 256 KiB (an always-on recorder's 16 MiB of RSS otherwise).
+fn ring_bytes(walks_per_s: u64) -> u32 {
+    let want = walks_per_s.saturating_mul(3 << 10).saturating_mul(2);
+    let want = u32::try_from(want).unwrap_or(u32::MAX);
+    want.clamp(*RING_BYTES.start(), *RING_BYTES.end())
+        .checked_next_power_of_two()
+        .unwrap_or(*RING_BYTES.end())
+        .min(*RING_BYTES.end())
+}
 /// Names read by walks and not yet used, at most (a bound; each is used
 /// by the sample whose walk read it).
 const MAX_NAMES_READ: usize = 1 << 16;
@@ -187,9 +201,10 @@ impl Python {
     pub(crate) fn start(
         shown: Shown,
         command: Option<&Path>,
+        walks_per_s: u64,
     ) -> Result<(Python, RingBuffer), String> {
         let mut maps = WalkerMaps::new(4096, 65_536).map_err(unreadable)?;
-        let ring = RingBuffer::new(RING_BYTES).map_err(unreadable)?;
+        let ring = RingBuffer::new(ring_bytes(walks_per_s)).map_err(unreadable)?;
         let first = command.and_then(flamerec_python::minor_of_binary);
         let program = maps.program(Some(&ring), first).map_err(unreadable)?;
         let unattached = Vec::new();
@@ -749,4 +764,18 @@ fn attach(events: &mut Vec<OwnedFd>, program: &Program) -> Result<(), String> {
     }
     events.clear();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walks_ring_follows_the_sampling_rate() {
+        assert_eq!(ring_bytes(999 * 2), 8 << 20);
+        assert_eq!(ring_bytes(199 * 2), 4 << 20);
+        assert_eq!(ring_bytes(19 * 2), 256 << 10);
+        assert_eq!(ring_bytes(1), 256 << 10);
+        assert_eq!(ring_bytes(u64::MAX), 8 << 20);
+    }
 }

@@ -32,8 +32,6 @@ use flamerec_perf::procfs;
 use flamerec_symbolize::kallsyms::Kallsyms;
 use flamerec_symbolize::live::exec_maps;
 
-/// How often buffered data reaches the file, at the latest.
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How often `--pid` recordings look whether their processes still run.
 const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How long the loop sleeps when no buffer is near its watermark.
@@ -418,7 +416,7 @@ impl Session {
             if kallsyms_loader.as_ref().is_some_and(|h| h.is_finished()) {
                 st.set_kallsyms(join_kallsyms(kallsyms_loader.take()));
             }
-            if last_flush.elapsed() >= FLUSH_EVERY || st.writer().wants_flush() {
+            if last_flush.elapsed() >= opts.chunk_every || st.writer().wants_flush() {
                 st.writer_mut().flush().map_err(out_err)?;
                 last_flush = Instant::now();
                 st.losses().phase_done(Phase::Write);
@@ -639,7 +637,9 @@ fn python_walker(
                 lines: opts.python_lines,
                 interpreter: opts.python_interpreter,
             };
-            match crate::python::Python::start(shown, command) {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+            let walks_per_s = opts.frequency.saturating_mul(cpus);
+            match crate::python::Python::start(shown, command, walks_per_s) {
                 Ok(p) => (Some((p, now)), None),
                 Err(why) => (None, Some(why)),
             }

@@ -32,7 +32,7 @@ pub struct Args {
     window: u64,
     /// Minutes one recording runs before the next takes over (what it
     /// learned — frames, stacks, names — is dropped with it).
-    #[arg(long, value_name = "MINUTES", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=1440))]
+    #[arg(long, value_name = "MINUTES", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1440))]
     epoch: u64,
     /// Call-graph mode.
     #[arg(short = 'g', long = "call-graph", value_enum, default_value = "dwarf")]
@@ -193,6 +193,9 @@ fn options(a: &Args) -> anyhow::Result<AgentOptions> {
             target: Target::System,
             event: a.event.into(),
             python: a.python.into(),
+            // A window is cut once the stream passes its end: chunks come
+            // four times a second, not once.
+            chunk_every: Duration::from_millis(250),
             ..RecordOptions::default()
         },
         window: Duration::from_secs(a.window),

@@ -197,6 +197,7 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
         python: a.python.into(),
         python_lines: a.python_lines,
         python_interpreter: a.python_interpreter,
+        ..RecordOptions::default()
     })
 }
 
