@@ -187,9 +187,6 @@ impl Sinks {
 
     /// Hands one window to every sink; returns the bytes it made.
     fn ship(&self, w: &WindowFile, line: &(dyn Fn(&str) + Sync)) -> u64 {
-        let key = format!("{:020}-{:06}", w.window.start_unix_ns, w.window.index);
-        let end = w.window.start_unix_ns.saturating_add(w.window.duration_ns);
-        let mut bytes = 0u64;
         let fault = |what: &str, e: String| {
             line(&format!(
                 "flamerec: warning: window {}: {what}: {e}",
@@ -199,34 +196,15 @@ impl Sinks {
         let needs_profile = self.otlp.is_some()
             || self.pyroscope.is_some()
             || matches!(self.dir, Some((_, DirFormat::Pprof)));
-        let profile = if needs_profile {
-            match fold_window(w, &[]) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    fault("folding it failed", e);
-                    None
-                }
+        let profile = match needs_profile.then(|| fold_window(w, &[])) {
+            Some(Ok(p)) => Some(p),
+            Some(Err(e)) => {
+                fault("folding it failed", e);
+                None
             }
-        } else {
-            None
+            None => None,
         };
-        if let Some((dir, format)) = &self.dir {
-            let body = match format {
-                DirFormat::Frec => Ok(w.bytes.clone()),
-                DirFormat::Pprof => match &profile {
-                    Some(p) => pprof_bytes(p),
-                    None => Err("no profile".into()),
-                },
-            };
-            match body.and_then(|b| {
-                dir.put(&key, &b)
-                    .map(|_| b.len())
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(n) => bytes += n as u64,
-                Err(e) => fault(&format!("writing it into {}", dir.dir().display()), e),
-            }
-        }
+        let mut bytes = self.keep(w, profile.as_ref(), &fault);
         let Some(profile) = profile else { return bytes };
         if sent(w).next().is_none() {
             // Nothing but idle CPUs: no request to make.
@@ -234,42 +212,49 @@ impl Sinks {
         }
         if let Some((d, path)) = &self.otlp {
             let resources: Vec<OtlpResource> = sent(w).map(|p| self.resource(p)).collect();
-            match write_otlp(&profile, &resources).and_then(|b| gzip(&b)) {
-                Ok(body) => {
-                    bytes += body.len() as u64;
-                    let p = Payload {
-                        path: path.clone(),
-                        content_type: "application/x-protobuf".into(),
-                        encoding: "gzip".into(),
-                        body,
-                        window_end_unix_ns: end,
-                    };
-                    if let Err(e) = d.put(&key, &p) {
-                        fault("spooling it for otlp", e.to_string());
-                    }
-                }
-                Err(e) => fault("making the OTLP request", e.to_string()),
-            }
+            let body = write_otlp(&profile, &resources)
+                .and_then(|b| gzip(&b))
+                .map_err(|e| e.to_string());
+            bytes += spool(d, w, path, "application/x-protobuf", "gzip", body, &fault);
         }
         if let Some(d) = &self.pyroscope {
-            match self.pyroscope_push(w, &profile) {
-                Ok(body) => {
-                    bytes += body.len() as u64;
-                    let p = Payload {
-                        path: PYROSCOPE_PUSH_PATH.into(),
-                        content_type: "application/proto".into(),
-                        encoding: String::new(),
-                        body,
-                        window_end_unix_ns: end,
-                    };
-                    if let Err(e) = d.put(&key, &p) {
-                        fault("spooling it for pyroscope", e.to_string());
-                    }
-                }
-                Err(e) => fault("making pyroscope's payload", e),
-            }
+            let body = self.pyroscope_push(w, &profile);
+            bytes += spool(
+                d,
+                w,
+                PYROSCOPE_PUSH_PATH,
+                "application/proto",
+                "",
+                body,
+                &fault,
+            );
         }
         bytes
+    }
+
+    /// Writes the window into the local directory, if there is one;
+    /// returns the bytes written.
+    fn keep(&self, w: &WindowFile, profile: Option<&Profile>, fault: &dyn Fn(&str, String)) -> u64 {
+        let Some((dir, format)) = &self.dir else {
+            return 0;
+        };
+        let body = match (format, profile) {
+            (DirFormat::Frec, _) => Ok(w.bytes.clone()),
+            (DirFormat::Pprof, Some(p)) => pprof_bytes(p),
+            (DirFormat::Pprof, None) => Err("no profile".into()),
+        };
+        let written = body.and_then(|b| {
+            dir.put(&window_key(w), &b)
+                .map(|_| b.len() as u64)
+                .map_err(|e| e.to_string())
+        });
+        match written {
+            Ok(n) => n,
+            Err(e) => {
+                fault(&format!("writing it into {}", dir.dir().display()), e);
+                0
+            }
+        }
     }
 
     /// A process's service: the flag's, else its container, else its
@@ -353,6 +338,46 @@ impl Sinks {
                 counts.dropped.load(Ordering::Relaxed),
                 counts.failures.load(Ordering::Relaxed)
             ));
+        }
+    }
+}
+
+/// A window's name in directories: its start (zero-padded, so names sort
+/// by age) and its index.
+fn window_key(w: &WindowFile) -> String {
+    format!("{:020}-{:06}", w.window.start_unix_ns, w.window.index)
+}
+
+/// Puts a backend's payload for window `w` in its spool; returns its bytes.
+fn spool(
+    d: &Delivery,
+    w: &WindowFile,
+    path: &str,
+    content_type: &str,
+    encoding: &str,
+    body: Result<Vec<u8>, String>,
+    fault: &dyn Fn(&str, String),
+) -> u64 {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => {
+            fault(&format!("making {}'s payload", d.name()), e);
+            return 0;
+        }
+    };
+    let n = body.len() as u64;
+    let p = Payload {
+        path: path.to_string(),
+        content_type: content_type.to_string(),
+        encoding: encoding.to_string(),
+        body,
+        window_end_unix_ns: w.window.start_unix_ns.saturating_add(w.window.duration_ns),
+    };
+    match d.put(&window_key(w), &p) {
+        Ok(_) => n,
+        Err(e) => {
+            fault(&format!("spooling it for {}", d.name()), e.to_string());
+            0
         }
     }
 }
