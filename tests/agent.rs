@@ -30,7 +30,7 @@ const SKIP: &str = "FLAMEREC_SKIP_COLLECTOR_TESTS";
 
 /// The receiver, built when missing; `None` when it cannot be and the
 /// skip variable is set.
-fn receiver() -> Option<PathBuf> {
+pub(crate) fn receiver() -> Option<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otelcol/build");
     let dest = std::env::var_os("FLAMEREC_OTELCOL").map_or_else(
         || PathBuf::from("/var/cache/flamerec/otelcol-probe"),
@@ -52,18 +52,18 @@ fn receiver() -> Option<PathBuf> {
 }
 
 /// A free loopback port (bound, then let go).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     l.local_addr().expect("its address").port()
 }
 
 /// A running receiver; killed when dropped.
-struct Collector {
+pub(crate) struct Collector {
     child: Child,
 }
 
 impl Collector {
-    fn start(bin: &Path, port: u16, out: &Path, extra: &[&str]) -> Collector {
+    pub(crate) fn start(bin: &Path, port: u16, out: &Path, extra: &[&str]) -> Collector {
         let mut child = Command::new(bin)
             .args(["-http", &format!("127.0.0.1:{port}"), "-out"])
             .arg(out)
@@ -89,13 +89,13 @@ impl Drop for Collector {
 }
 
 /// A running agent; SIGTERM'd (and waited for) when stopped or dropped.
-struct Agent {
+pub(crate) struct Agent {
     child: Child,
     log: PathBuf,
 }
 
 impl Agent {
-    fn start(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Agent {
+    pub(crate) fn start(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Agent {
         let log = dir.join(format!("{name}.log"));
         let child = flamerec()
             .arg("agent")
@@ -114,7 +114,7 @@ impl Agent {
     }
 
     /// Windows it has cut so far.
-    fn windows(&self) -> usize {
+    pub(crate) fn windows(&self) -> usize {
         self.said()
             .lines()
             .filter(|l| l.starts_with("flamerec: window "))
@@ -122,7 +122,7 @@ impl Agent {
     }
 
     /// Stops it with SIGTERM; returns its log and how long it took to exit.
-    fn stop(mut self) -> (String, Duration) {
+    pub(crate) fn stop(mut self) -> (String, Duration) {
         let asked = Instant::now();
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
@@ -146,15 +146,15 @@ impl Drop for Agent {
 /// its stacks (function names root first, each with its count and thread
 /// attributes).
 #[derive(Debug, Default)]
-struct Process {
-    attributes: HashMap<String, Value>,
-    stacks: Vec<(Vec<String>, u64)>,
-    thread_names: BTreeSet<String>,
+pub(crate) struct Process {
+    pub(crate) attributes: HashMap<String, Value>,
+    pub(crate) stacks: Vec<(Vec<String>, u64)>,
+    pub(crate) thread_names: BTreeSet<String>,
 }
 
 /// The requests written by the receiver, checked for the dictionary's
 /// rules, as processes by pid; and the windows (profile start times) seen.
-fn received(path: &Path) -> (HashMap<i64, Process>, BTreeSet<String>) {
+pub(crate) fn received(path: &Path) -> (HashMap<i64, Process>, BTreeSet<String>) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut procs: HashMap<i64, Process> = HashMap::new();
     let mut windows = BTreeSet::new();

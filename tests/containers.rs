@@ -603,3 +603,52 @@ fn a_binary_replaced_while_it_runs_is_named_as_it_was_mapped() {
     assert_eq!(replaced, 0.0, "named by the file now at its path");
     assert!(original >= 95.0, "original_work in {original:.1}%");
 }
+
+/// `flamerec agent` system-wide: a container's process reaches the
+/// OpenTelemetry Collector's receiver as its own resource, with the
+/// container's id, its service named by the container, its executable as
+/// the process sees it, and whole, named stacks.
+#[test]
+fn the_agent_sends_a_containers_samples_with_its_identity() {
+    use crate::agent::{free_port, received, receiver, Agent, Collector};
+    let Some(rx) = receiver() else { return };
+    let Some(_w) = workload() else { return };
+    let Some(podman) = Podman::find() else { return };
+    let dir = tmp();
+    let (c, pid) = cpu_mix_in(&podman, dir.path());
+    let port = free_port();
+    let out = dir.path().join("received.jsonl");
+    let _collector = Collector::start(&rx, port, &out, &[]);
+    let url = format!("http://127.0.0.1:{port}");
+    let spool = dir.path().join("spool");
+    let agent = Agent::start(
+        dir.path(),
+        "agent",
+        &["--otlp", &url, "--spool", spool.to_str().unwrap()],
+        &[],
+    );
+    wait_for("two windows", || agent.windows() >= 2);
+    let (said, _) = agent.stop();
+    let (procs, _) = received(&out);
+    let p = procs
+        .get(&i64::from(pid))
+        .unwrap_or_else(|| panic!("no process {pid} in the requests: {said}"));
+    let text = |k: &str| {
+        p.attributes
+            .get(k)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(text("container.id"), c.id);
+    assert_eq!(text("service.name"), c.label());
+    assert_eq!(text("process.executable.path"), "/opt/x/cpu-mix");
+    let whole = share(&p.stacks, |s| s.first().is_some_and(|f| f == "_start"));
+    assert!(
+        whole >= 99.0,
+        "{whole:.1}% whole of {} samples",
+        total(&p.stacks)
+    );
+    let named = share(&p.stacks, |s| s.iter().any(|f| f.starts_with("cpu_mix_")));
+    assert!(named >= 95.0, "{named:.1}% in cpu-mix's functions");
+}

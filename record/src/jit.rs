@@ -76,6 +76,8 @@ pub(crate) struct JitNames {
     /// Processes whose dump was said to be on another clock.
     clock_said: HashSet<u32>,
     warnings: Vec<String>,
+    /// Frames of the recording looked at by [`JitNames::new_names`] so far.
+    frames_seen: usize,
 }
 
 /// Where `pid`'s runtime writes its perf map: `perf-N.map` in its own
@@ -292,6 +294,26 @@ impl JitNames {
 
     /// Whether any process ran JIT code: a frame a map or dump named, or
     /// one left unnamed in anonymous memory.
+    /// The names of the recording's frames new since the last call whose
+    /// JIT code was named at their sample: written into the recording as
+    /// they are learned (a continuous recording's windows carry them; a
+    /// recorder killed before its names section leaves them).
+    pub(crate) fn new_names<W: io::Write>(
+        &mut self,
+        writer: &Writer<W>,
+    ) -> Vec<(FrameId, Vec<String>)> {
+        let from = self.frames_seen;
+        let frames = writer.frames_from(from);
+        self.frames_seen = from + frames.len();
+        if self.names.is_empty() {
+            return Vec::new();
+        }
+        (from as FrameId..)
+            .zip(frames)
+            .filter_map(|(id, f)| Some((id, vec![self.names.get(&f.module)?.clone()])))
+            .collect()
+    }
+
     pub(crate) fn saw_jit_code(&self) -> bool {
         !self.modules.is_empty() || !self.unnamed.is_empty()
     }

@@ -340,6 +340,8 @@ impl<W: io::Write> State<W> {
             p.end_round();
             self.conv.writer_mut().own_names(p.new_names());
         }
+        let jit = self.jit.new_names(self.conv.writer());
+        self.conv.writer_mut().own_names(&jit);
         late
     }
 
