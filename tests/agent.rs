@@ -88,6 +88,13 @@ impl Drop for Collector {
     }
 }
 
+/// Windows an agent's log says it cut.
+fn windows_in(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.starts_with("flamerec: window "))
+        .count()
+}
+
 /// A running agent; SIGTERM'd (and waited for) when stopped or dropped.
 pub(crate) struct Agent {
     child: Child,
@@ -115,10 +122,7 @@ impl Agent {
 
     /// Windows it has cut so far.
     pub(crate) fn windows(&self) -> usize {
-        self.said()
-            .lines()
-            .filter(|l| l.starts_with("flamerec: window "))
-            .count()
+        windows_in(&self.said())
     }
 
     /// Stops it with SIGTERM; returns its log and how long it took to exit.
@@ -411,10 +415,7 @@ fn agent_rides_out_a_backend_that_fails_goes_away_or_hangs() {
     wait_for("three windows", || agent.windows() >= 3);
     let (said, _) = agent.stop();
     drop(c);
-    let cut = said
-        .lines()
-        .filter(|l| l.starts_with("flamerec: window "))
-        .count();
+    let cut = windows_in(&said);
     let (_, windows) = received(&out);
     assert_eq!(windows.len(), cut, "windows received of {cut} cut: {said}");
     assert!(
@@ -442,10 +443,7 @@ fn agent_rides_out_a_backend_that_fails_goes_away_or_hangs() {
     });
     let (said, _) = agent.stop();
     drop(again);
-    let cut = said
-        .lines()
-        .filter(|l| l.starts_with("flamerec: window "))
-        .count();
+    let cut = windows_in(&said);
     let (_, windows) = received(&out);
     assert_eq!(windows.len(), cut, "windows received of {cut} cut: {said}");
     assert!(said.contains("0 dropped"), "{said}");
@@ -475,10 +473,7 @@ fn agent_rides_out_a_backend_that_fails_goes_away_or_hangs() {
         took < Duration::from_secs(20),
         "stopping took {took:?}: {said}"
     );
-    let cut = said
-        .lines()
-        .filter(|l| l.starts_with("flamerec: window "))
-        .count();
+    let cut = windows_in(&said);
     let waiting = std::fs::read_dir(spool.join("otlp")).unwrap().count();
     assert_eq!(waiting, cut, "windows left in the spool: {said}");
     drop(held);

@@ -131,14 +131,7 @@ impl Cutter {
                     ..
                 } => {
                     self.now_ns = self.now_ns.max(time_ns);
-                    self.threads.insert(
-                        tid,
-                        Thread {
-                            pid,
-                            name,
-                            exited_ns: None,
-                        },
-                    );
+                    self.named(pid, tid, name);
                 }
                 Event::Fork {
                     time_ns,
@@ -151,14 +144,7 @@ impl Cutter {
                     // A new thread or process is named as its parent until it says otherwise.
                     let name = self.threads.get(&ptid).map(|t| t.name.clone());
                     if let Some(name) = name {
-                        self.threads.insert(
-                            tid,
-                            Thread {
-                                pid,
-                                name,
-                                exited_ns: None,
-                            },
-                        );
+                        self.named(pid, tid, name);
                     }
                 }
                 Event::Exit { time_ns, tid, .. } => {
@@ -178,6 +164,16 @@ impl Cutter {
                 _ => {}
             }
         }
+    }
+
+    /// Thread `tid` of `pid` is called `name` from now on.
+    fn named(&mut self, pid: u32, tid: u32, name: String) {
+        let t = Thread {
+            pid,
+            name,
+            exited_ns: None,
+        };
+        self.threads.insert(tid, t);
     }
 
     /// The window a time falls in; a time before the oldest window still
