@@ -239,8 +239,8 @@ impl Sinks {
             return 0;
         };
         let body = match (format, profile) {
-            (DirFormat::Frec, _) => Ok(w.bytes.clone()),
-            (DirFormat::Pprof, Some(p)) => pprof_bytes(p),
+            (DirFormat::Frec, _) => Ok(std::borrow::Cow::Borrowed(w.bytes.as_slice())),
+            (DirFormat::Pprof, Some(p)) => pprof_bytes(p).map(std::borrow::Cow::Owned),
             (DirFormat::Pprof, None) => Err("no profile".into()),
         };
         let written = body.and_then(|b| {
@@ -306,7 +306,8 @@ impl Sinks {
         }
         let mut series = Vec::new();
         for (service, pids) in services {
-            let profile = if pids.len() == sent(w).count() && sent(w).count() == w.processes.len() {
+            // One service of every process (no idle task): the window's own profile.
+            let profile = if pids.len() == w.processes.len() {
                 None
             } else {
                 Some(fold_window(w, &pids)?)
@@ -403,7 +404,7 @@ fn fold_window(w: &WindowFile, pids: &[u32]) -> Result<Profile, String> {
         ..FoldOptions::default()
     };
     let label = format!("window {}", w.window.index);
-    flamerec_fold::fold_bytes(w.bytes.clone(), Path::new(&label), &opts).map_err(|e| e.to_string())
+    flamerec_fold::fold_bytes(&w.bytes, Path::new(&label), &opts).map_err(|e| e.to_string())
 }
 
 /// `body` gzipped (OTLP/HTTP takes `Content-Encoding: gzip`): a window's

@@ -164,8 +164,8 @@ pub fn fold_input(
 }
 
 /// Folds a `.frec` recording held in memory (`label` names it in errors).
-pub fn fold_bytes(bytes: Vec<u8>, label: &Path, opts: &FoldOptions) -> Result<Profile, FoldError> {
-    let reader = Reader::new(Cursor::new(bytes)).map_err(|source| FoldError::Format {
+pub fn fold_bytes(bytes: &[u8], label: &Path, opts: &FoldOptions) -> Result<Profile, FoldError> {
+    let reader = Reader::new(bytes).map_err(|source| FoldError::Format {
         path: label.to_path_buf(),
         source,
     })?;

@@ -2,10 +2,9 @@
 //! test binary) their user frames point into.
 
 use std::hint::black_box;
-use std::io::Write;
 use std::path::Path;
 
-use flamerec_fold::{fold_recording, write_folded, FoldOptions, Profile};
+use flamerec_fold::{write_folded, FoldOptions, Profile};
 use flamerec_format::{
     Frame, FrameId, KernelSymbol, Metadata, Module, ModuleKind, Sample, Totals, Writer,
 };
@@ -53,9 +52,7 @@ pub fn finish(w: Writer<Vec<u8>>) -> Vec<u8> {
 }
 
 pub fn fold_bytes(bytes: &[u8], opts: &FoldOptions) -> Profile {
-    let mut f = tempfile::NamedTempFile::new().expect("temp file");
-    f.write_all(bytes).expect("write");
-    fold_recording(f.path(), opts).expect("fold")
+    flamerec_fold::fold_bytes(bytes, std::path::Path::new("test.frec"), opts).expect("fold")
 }
 
 pub fn folded(p: &Profile) -> String {
