@@ -444,9 +444,11 @@ fn cpythons_started_by_another_command_are_read() {
 
 /// With `--python-lines` each Python frame names the line it was at when
 /// sampled: in known.py every `descend` but the innermost is at its
-/// recursive call, the innermost at `return work()`. Checked on every
-/// whole stack (measured: ≈ 900 samples of 1,000 rounds; 2,000 rounds here,
-/// bound 100). It failed once beside a CPU hog and the rest of the suite
+/// recursive call, the innermost at `return work()` when a work function
+/// runs under it — and at its `if` or its `def` line (the entry) when the
+/// sample came before that call (CI caught one at the `if`: a true sample,
+/// not a wrong line). Checked on every whole stack (measured: ≈ 900 samples
+/// of 1,000 rounds; 2,000 rounds here, bound 100). It failed once beside a CPU hog and the rest of the suite
 /// (message lost; 0 of 10 runs beside two hogs alone since): it now runs
 /// alone, and says what it counted.
 #[test]
@@ -465,6 +467,8 @@ fn python_lines_name_the_line_each_frame_was_at() {
     let line_of = |text: &str| source.lines().position(|l| l.trim() == text).unwrap() + 1;
     let recursive = line_of("return descend(depth - 1, work)");
     let bottom = line_of("return work()");
+    let entry = line_of("def descend(depth, work):");
+    let test = line_of("if depth == 0:");
     let dir = tmp();
     let out = dir.path().join("lines.frec");
     let Some(o) = record(
@@ -485,11 +489,20 @@ fn python_lines_name_the_line_each_frame_was_at() {
             continue;
         }
         checked += n;
+        let last = frames
+            .iter()
+            .rposition(|f| f.starts_with("descend ("))
+            .unwrap();
+        let working = frames[last + 1..].iter().any(|f| f.starts_with("py_"));
         for (i, f) in descends.iter().enumerate() {
-            let want = if i == 29 { bottom } else { recursive };
+            let want: &[usize] = match (i, working) {
+                (29, true) => &[bottom],
+                (29, false) => &[entry, test, bottom],
+                _ => &[recursive],
+            };
             assert!(
-                f.ends_with(&format!("known.py:{want})")),
-                "{what}: frame {i} {f}, line {want} expected: {}",
+                want.iter().any(|w| f.ends_with(&format!("known.py:{w})"))),
+                "{what}: frame {i} {f}, line {want:?} expected: {}",
                 frames.join(";")
             );
         }
