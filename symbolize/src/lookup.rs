@@ -195,6 +195,11 @@ pub(crate) fn with_binary<R>(
         debug_obj.as_ref().map(|(o, f)| (o, f.clone())),
         want_dwarf,
         debug_file.as_ref().and_then(|d| prefetch(&d.path)),
+    )
+    .mapped_from(
+        std::iter::once(&bin.data)
+            .chain(debug_file.as_ref().map(|d| &d.data))
+            .collect(),
     );
     Ok(f(&binary))
 }

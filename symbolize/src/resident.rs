@@ -259,6 +259,7 @@ fn serve(
                     saver.grew(&names);
                 }
                 let _ = answer.send(Answer::Names(chains(&names.table, &frames, &mut demangled)));
+                binary.release_pages();
             }
         },
     );

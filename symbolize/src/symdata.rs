@@ -7,6 +7,7 @@
 //! in three functions of libc does not pay for all of libc's debug info.
 //! A [`Binary`] is shared by the threads that look up its addresses.
 
+use memmap2::Mmap;
 use std::fs::File;
 use std::sync::{Arc, OnceLock};
 
@@ -37,6 +38,8 @@ pub(crate) struct Binary<'a, 'd> {
     /// every relocation (librustc_driver has 118,000).
     stubs: OnceLock<Stubs>,
     dwarf: Option<DwarfFile<'d>>,
+    /// The file mappings its bytes come from ([`Binary::release_pages`]).
+    mapped: Vec<&'d Mmap>,
 }
 
 impl<'a, 'd> Binary<'a, 'd> {
@@ -64,6 +67,25 @@ impl<'a, 'd> Binary<'a, 'd> {
             dwarf: want_dwarf
                 .then(|| DwarfFile::new(src.data(), src_file, prefetched))
                 .flatten(),
+            mapped: Vec::new(),
+        }
+    }
+
+    /// Tells the file mappings the objects' bytes lie in, so that
+    /// [`Binary::release_pages`] can let their pages go.
+    pub(crate) fn mapped_from(mut self, maps: Vec<&'d Mmap>) -> Self {
+        self.mapped = maps;
+        self
+    }
+
+    /// Lets go of the pages of its files read so far (symbol and string
+    /// tables, the image): for a binary kept open between lookups, which
+    /// would otherwise hold every page any lookup touched. The sorted
+    /// index stays; the next lookup reads the few pages it needs again
+    /// from the page cache.
+    pub(crate) fn release_pages(&self) {
+        for map in &self.mapped {
+            crate::sys::release_pages(map);
         }
     }
 
