@@ -493,16 +493,6 @@ fn agent_rides_out_a_backend_that_fails_goes_away_or_hangs() {
     drop(busy);
 }
 
-/// A process killed when dropped.
-struct Busy(Child);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The local directory: windows as `.frec` files that `info` names and
 /// `fold` reads, the oldest removed past the size bound.
 #[test]

@@ -1022,3 +1022,53 @@ fn a_lowered_callchain_cap_is_set_back_after_an_fp_recording() {
     assert!(err.contains("raised from 127 to 1024"), "{err}");
     assert_eq!(read().trim(), "127", "{err}");
 }
+
+/// `--include` and `--exclude` keep or leave out processes of a
+/// system-wide recording by executable name and pid. Two copies of one
+/// busy loop under two names run beside whatever else the machine runs:
+/// leaving one out by name leaves none of its samples and keeps the
+/// other's; including the other by pid keeps its samples alone (not even
+/// the idle task's). Margin: a busy loop gets a third of a CPU or more on a
+/// loaded 2-core machine, ≥ 600 samples in 2 s at 999 Hz; the bound is 50.
+#[test]
+fn include_and_exclude_pick_the_processes_of_a_system_wide_recording() {
+    if !perf_usable() {
+        return;
+    }
+    let dir = tmp();
+    let spin = "int main(void) { volatile unsigned long n = 0; for (;;) n++; }";
+    let keep = compile_c(dir.path(), "keepme", spin, &["-O1"]);
+    let drop_ = compile_c(dir.path(), "dropme", spin, &["-O1"]);
+    let _running = workload();
+    let _kept = Busy(Command::new(&keep).spawn().unwrap());
+    let dropped = Busy(Command::new(&drop_).spawn().unwrap());
+    let roots = |args: &[&str]| -> Vec<(String, u64)> {
+        let out = dir.path().join("sel.frec");
+        let o = flamerec()
+            .args(["record", "-q", "-a", "-d", "2", "-o"])
+            .arg(&out)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        fold(&out, &["--per-process"])
+            .into_iter()
+            .map(|(s, n)| (s[0].clone(), n))
+            .collect()
+    };
+    let of = |roots: &[(String, u64)], name: &str| -> u64 {
+        roots
+            .iter()
+            .filter(|(r, _)| r.starts_with(&format!("{name}-")))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let by_name = roots(&["--exclude", "exe:dropme"]);
+    assert_eq!(of(&by_name, "dropme"), 0, "{by_name:?}");
+    assert!(of(&by_name, "keepme") >= 50, "{by_name:?}");
+    let pid = dropped.0.id().to_string();
+    let by_pid = roots(&["--include", &format!("pid:{pid}")]);
+    let all: u64 = by_pid.iter().map(|(_, n)| n).sum();
+    assert!(of(&by_pid, "dropme") >= 50, "{by_pid:?}");
+    assert_eq!(of(&by_pid, "dropme"), all, "{by_pid:?}");
+}

@@ -4,25 +4,40 @@
 //! runtime moves its container's process into the container's cgroup
 //! before the exec, so the image that runs there is the one identified).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use flamerec_format::Identity;
 use flamerec_perf::procfs::view;
 
-/// The processes identified since their last exec.
+use crate::select::Selection;
+
+/// The processes identified since their last exec, and whether each is
+/// kept by the recording's [`Selection`].
 #[derive(Default)]
 pub(crate) struct Identities {
-    known: HashSet<u32>,
+    known: HashMap<u32, bool>,
+    selection: Selection,
 }
 
 impl Identities {
-    /// The identity of `pid`, the first time it is asked for this process
-    /// image; `None` after that, or when the process is gone.
-    pub(crate) fn first(&mut self, pid: u32, time_ns: u64) -> Option<Identity> {
-        if !self.known.insert(pid) {
-            return None;
+    /// Processes are kept as `selection` says.
+    pub(crate) fn new(selection: Selection) -> Self {
+        Identities {
+            known: HashMap::new(),
+            selection,
         }
-        read(pid, time_ns)
+    }
+
+    /// Whether `pid`'s samples are kept, and its identity the first time it
+    /// is asked for this process image (when kept and still there).
+    pub(crate) fn admit(&mut self, pid: u32, time_ns: u64) -> (bool, Option<Identity>) {
+        if let Some(&kept) = self.known.get(&pid) {
+            return (kept, None);
+        }
+        let id = read(pid, time_ns);
+        let kept = self.selection.keeps(pid, id.as_ref());
+        self.known.insert(pid, kept);
+        (kept, id.filter(|_| kept))
     }
 
     /// `pid` called exec: the next image is identified again.
@@ -59,14 +74,30 @@ mod tests {
     fn once_per_image() {
         let me = std::process::id();
         let mut ids = Identities::default();
-        let first = ids.first(me, 5).expect("this process");
+        let (kept, first) = ids.admit(me, 5);
+        let first = first.expect("this process");
+        assert!(kept);
         assert_eq!((first.pid, first.ns_pid, first.time_ns), (me, me, 5));
         assert!(first.cgroup.starts_with('/'));
         let exe = std::env::current_exe().unwrap();
         assert_eq!(first.executable, exe.to_string_lossy());
-        assert_eq!(ids.first(me, 6), None);
+        assert_eq!(ids.admit(me, 6), (true, None));
         ids.exec(me);
-        assert!(ids.first(me, 7).is_some());
-        assert_eq!(ids.first(u32::MAX, 8), None);
+        assert!(ids.admit(me, 7).1.is_some());
+        assert_eq!(ids.admit(u32::MAX, 8), (true, None));
+    }
+
+    #[test]
+    fn a_process_left_out_is_not_identified() {
+        let me = std::process::id();
+        let exe = std::env::current_exe().unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let mut ids = Identities::new(Selection {
+            include: vec![],
+            exclude: vec![crate::select::ProcessRule::Executable(name)],
+        });
+        assert_eq!(ids.admit(me, 5), (false, None));
+        assert_eq!(ids.admit(me, 6), (false, None));
+        assert_eq!(ids.admit(u32::MAX, 7), (true, None), "gone: kept");
     }
 }

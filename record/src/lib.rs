@@ -29,6 +29,7 @@ mod python;
 mod raw;
 mod readers;
 mod rings;
+mod select;
 mod session;
 mod signals;
 mod spool;
@@ -43,6 +44,7 @@ use std::time::Duration;
 
 pub use flamerec_symbolize::kallsyms::Kallsyms;
 pub use flamerec_symbolize::NameOptions;
+pub use select::{ProcessRule, RuleError, Selection};
 pub use session::record;
 pub use sys::WaitStatus;
 pub use trim::{is_sampling_path, is_scheduler};
@@ -177,6 +179,9 @@ pub struct RecordOptions {
     /// output, at most (1 s; a reader of the stream as it is written, like
     /// the agent, sees it this often).
     pub chunk_every: Duration,
+    /// Which processes are kept (`-a` and `--cgroup`; everything by
+    /// default), decided before their stacks are unwound.
+    pub selection: Selection,
 }
 
 /// When the recorder reads Python frames at each sample (a BPF program that
@@ -236,6 +241,7 @@ impl Default for RecordOptions {
             python_lines: false,
             python_interpreter: false,
             chunk_every: Duration::from_secs(1),
+            selection: Selection::default(),
         }
     }
 }

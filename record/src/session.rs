@@ -310,6 +310,7 @@ impl Session {
             defer,
             exclude_pid: matches!(opts.target, Target::System | Target::Cgroup(_))
                 .then(sys::getpid),
+            selection: opts.selection.clone(),
             copy_is_largest: stack_size >= MAX_STACK_SIZE,
             warnings,
             python,

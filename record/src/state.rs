@@ -41,6 +41,7 @@ use crate::offcpu::Blocked;
 use crate::python::{Python, PythonEnd};
 use crate::raw::RawSample;
 use crate::rings::{self, Event};
+use crate::select::Selection;
 use crate::sys;
 
 /// Everything a state is made from: the writer and what the options and
@@ -64,6 +65,8 @@ pub(crate) struct StateConfig<W: io::Write> {
     pub defer: bool,
     /// System-wide mode: flamerec's own pid, whose samples are dropped.
     pub exclude_pid: Option<u32>,
+    /// Which processes' samples are kept.
+    pub selection: Selection,
     /// Warnings from the set-up, to come first.
     pub warnings: Vec<String>,
     /// Python frames read at the sample, and the ring their walks come in.
@@ -183,7 +186,7 @@ impl<W: io::Write> State<W> {
             files: ProcessFiles::default(),
             located: Vec::new(),
             located_told: HashSet::new(),
-            identities: Identities::default(),
+            identities: Identities::new(c.selection),
             copy_is_largest: c.copy_is_largest,
         }
     }
@@ -498,8 +501,16 @@ impl<W: io::Write> State<W> {
         if self.exclude_pid == Some(s.pid) {
             return;
         }
+        let (kept, id) = self.identities.admit(s.pid, self.rel(s.time));
+        if !kept {
+            // Its Python walk, if one ran, goes with it.
+            if let Some(p) = &mut self.python {
+                p.walk_of(s.pid, s.tid, s.time, s.ip);
+            }
+            return;
+        }
         self.seen(s.pid, s.tid);
-        if let Some(id) = self.identities.first(s.pid, self.rel(s.time)) {
+        if let Some(id) = id {
             self.conv.writer_mut().identity(&id);
         }
         self.jit
@@ -862,6 +873,7 @@ mod tests {
             fp_cap: None,
             defer: true,
             exclude_pid: None,
+            selection: Selection::default(),
             warnings: Vec::new(),
             python: None,
             python_unread: None,

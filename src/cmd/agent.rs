@@ -9,7 +9,7 @@ use flamerec_agent::deliver::Retry;
 use flamerec_agent::http::Endpoint;
 use flamerec_agent::rotated::Bounds;
 use flamerec_agent::{AgentOptions, DirFormat, DirSink, SinkOptions};
-use flamerec_record::{RecordOptions, Target};
+use flamerec_record::{ProcessRule, RecordOptions, Selection, Target};
 
 use super::record::{Event, Mode, Python};
 
@@ -77,6 +77,15 @@ pub struct Args {
     /// Tries per window before it is dropped.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     tries: u32,
+    /// Keep only processes this matches (repeatable; any one matching
+    /// keeps): pid:N, exe:NAME (the executable's file name), cgroup:PATH
+    /// (that cgroup and below), container:ID (a prefix of 4+ hex digits).
+    #[arg(long, value_name = "RULE")]
+    include: Vec<ProcessRule>,
+    /// Leave out processes this matches (repeatable), before their stacks
+    /// are unwound: the same rules as --include.
+    #[arg(long, value_name = "RULE")]
+    exclude: Vec<ProcessRule>,
     /// The service name of every process (default: its container, else its executable's name).
     #[arg(long, value_name = "NAME")]
     service: Option<String>,
@@ -196,6 +205,10 @@ fn options(a: &Args) -> anyhow::Result<AgentOptions> {
             // A window is cut once the stream passes its end: chunks come
             // four times a second, not once.
             chunk_every: Duration::from_millis(250),
+            selection: Selection {
+                include: a.include.clone(),
+                exclude: a.exclude.clone(),
+            },
             ..RecordOptions::default()
         },
         window: Duration::from_secs(a.window),

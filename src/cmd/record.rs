@@ -104,6 +104,15 @@ pub struct Args {
     /// containerd, CRI-O): its cgroup, as --cgroup.
     #[arg(long, value_name = "ID", conflicts_with_all = ["pid", "all_cpus", "command"])]
     container: Option<String>,
+    /// Keep only processes this matches (repeatable; any one matching
+    /// keeps): pid:N, exe:NAME (the executable's file name), cgroup:PATH
+    /// (that cgroup and below), container:ID (a prefix of 4+ hex digits).
+    #[arg(long, value_name = "RULE")]
+    include: Vec<flamerec_record::ProcessRule>,
+    /// Leave out processes this matches (repeatable), before their stacks
+    /// are unwound: the same rules as --include.
+    #[arg(long, value_name = "RULE")]
+    exclude: Vec<flamerec_record::ProcessRule>,
     /// Stop after this many seconds.
     #[arg(short, long, value_name = "SECS")]
     duration: Option<f64>,
@@ -197,6 +206,10 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
         python: a.python.into(),
         python_lines: a.python_lines,
         python_interpreter: a.python_interpreter,
+        selection: flamerec_record::Selection {
+            include: a.include.clone(),
+            exclude: a.exclude.clone(),
+        },
         ..RecordOptions::default()
     })
 }

@@ -536,3 +536,14 @@ fn allowed_cpus() -> Vec<u32> {
     }
     cpus
 }
+
+/// A process killed when dropped (a busy loop must not outlive a failed
+/// assertion).
+pub struct Busy(pub Child);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
