@@ -208,12 +208,14 @@ impl<W: io::Write> Converter<W> {
         }
     }
 
-    /// Process `pid` exited: the unwinder lets go of its tables. Its
-    /// mappings stay, for samples converted after its exit record.
-    pub fn exit(&mut self, pid: u32) {
+    /// Process `pid` exited at `time_ns`: the unwinder lets go of its
+    /// tables. Its mappings stay a while, for samples converted after its
+    /// exit record ([`maps::EXITED_LINGER_NS`]).
+    pub fn exit(&mut self, pid: u32, time_ns: u64) {
         if let Some(u) = &mut self.unwinder {
             u.exit(pid);
         }
+        self.procs.exit(pid, time_ns);
     }
 
     /// A user address as (module, offset) through the process's mappings,

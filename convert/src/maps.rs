@@ -12,7 +12,7 @@
 //! exec is of an image already replaced, and a late fork does not overwrite
 //! what the child did since.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use flamerec_format::{Frame, ModuleId, ModuleKind};
 
@@ -33,11 +33,24 @@ struct Changed {
     any: u64,
 }
 
+/// How long an exited process's mappings stay (ns, the records' clock):
+/// a sample taken before the exit is converted after it when its ring is
+/// read late, or when it waits for a later part (a live read of a deeper
+/// stack, a deferred callchain) — milliseconds to seconds. Past this they
+/// go, so a system-wide recording does not keep the mappings of every
+/// process it saw end (the agent beside 1,000 short processes a minute
+/// held 11 MB of them by the end of its ten-minute recordings).
+pub const EXITED_LINGER_NS: u64 = 30_000_000_000;
+
 /// Executable mappings per process.
 #[derive(Debug, Default)]
 pub struct Processes {
     maps: HashMap<u32, BTreeMap<u64, Map>>,
     changed: HashMap<u32, Changed>,
+    /// Processes that exited (time, pid), oldest first, and the latest
+    /// exit time seen.
+    exited: VecDeque<(u64, u32)>,
+    latest_exit: u64,
 }
 
 impl Processes {
@@ -142,6 +155,24 @@ impl Processes {
         true
     }
 
+    /// Process `pid` exited at `time`: its mappings go [`EXITED_LINGER_NS`]
+    /// later (by the exits seen since), unless the pid was used again by
+    /// then (a fork, exec or mapping after the exit keeps what it made).
+    pub fn exit(&mut self, pid: u32, time: u64) {
+        self.exited.push_back((time, pid));
+        self.latest_exit = self.latest_exit.max(time);
+        while let Some(&(at, gone)) = self.exited.front() {
+            if at.saturating_add(EXITED_LINGER_NS) > self.latest_exit {
+                break;
+            }
+            self.exited.pop_front();
+            if self.changed.get(&gone).is_none_or(|c| c.any <= at) {
+                self.maps.remove(&gone);
+                self.changed.remove(&gone);
+            }
+        }
+    }
+
     /// Resolves a user address of `pid`; `None` when no mapping holds it.
     pub fn resolve(&self, pid: u32, addr: u64) -> Option<Frame> {
         let maps = self.maps.get(&pid)?;
@@ -221,5 +252,26 @@ mod tests {
         assert!(!p.map(2, 0x9000, 0x1000, 0, 7, ModuleKind::File, 35));
         // Threads share their process's mappings: a clone changes nothing.
         assert!(!p.fork(1, 1, 50));
+    }
+
+    /// An exited process's mappings resolve for a while after its exit (late
+    /// samples), then go; a pid used again meanwhile keeps its new mappings.
+    #[test]
+    fn exited_processes_mappings_go_after_a_while() {
+        let mut p = Processes::default();
+        let s = 1_000_000_000;
+        p.map(1, 0x1000, 0x1000, 0, 7, ModuleKind::File, s);
+        p.map(2, 0x1000, 0x1000, 0, 8, ModuleKind::File, s);
+        p.exit(1, 2 * s);
+        p.exit(2, 2 * s);
+        assert!(p.resolve(1, 0x1010).is_some(), "a late sample of 1");
+        // Pid 2 is used again: forked from 1 before 1's mappings go.
+        assert!(p.fork(1, 2, 3 * s));
+        p.exit(3, 2 * s + EXITED_LINGER_NS - 1);
+        assert!(p.resolve(1, 0x1010).is_some(), "not yet");
+        p.exit(4, 2 * s + EXITED_LINGER_NS);
+        assert!(p.resolve(1, 0x1010).is_none(), "1 is gone");
+        assert_eq!(p.resolve(2, 0x1010).map(|f| f.module), Some(7), "2 again");
+        assert_eq!((p.maps.len(), p.changed.len()), (1, 1));
     }
 }

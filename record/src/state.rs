@@ -428,7 +428,7 @@ impl<W: io::Write> State<W> {
                         self.write_settled(done);
                     }
                     if pid == tid {
-                        self.conv.exit(pid);
+                        self.conv.exit(pid, t);
                         if let Some(p) = &mut self.python {
                             p.forget(pid);
                         }

@@ -154,10 +154,10 @@ impl Importer {
                     .fork(t, pid, ppid, id(f.tid), id(f.ptid));
             }
             EventRecord::Exit(f) => {
-                if f.pid == f.tid {
-                    self.conv.exit(id(f.pid));
-                }
                 let t = self.rel(Some(f.timestamp));
+                if f.pid == f.tid {
+                    self.conv.exit(id(f.pid), t);
+                }
                 self.conv.writer_mut().exit(t, id(f.pid), id(f.tid));
             }
             EventRecord::Mmap(m) if m.cpu_mode != CpuMode::Kernel => {
