@@ -379,6 +379,86 @@ fn agent_delivers_named_whole_windows_to_the_collectors_receiver() {
     );
 }
 
+/// OTLP over gRPC to the receiver's gRPC server (grpc-go over HTTP/2):
+/// every window cut arrives, the two UNAVAILABLE answers (with RetryInfo)
+/// are retried, and the program's process comes with its attributes and
+/// named stacks. The margin: cpu-mix runs ≈ 4 s of CPU, ≥ 200 samples at
+/// 199 Hz on a loaded 2-core machine; the bound is 50.
+#[test]
+fn agent_sends_otlp_over_grpc_and_retries_unavailable() {
+    let Some(rx) = receiver() else { return };
+    let Some(_w) = workload() else { return };
+    let dir = tmp();
+    let (port, grpc_port) = (free_port(), free_port());
+    let out = dir.path().join("grpc.jsonl");
+    let grpc_addr = format!("127.0.0.1:{grpc_port}");
+    let _c = Collector::start(
+        &rx,
+        port,
+        &out,
+        &[
+            "-grpc",
+            &grpc_addr,
+            "-status",
+            "503",
+            "-status-times",
+            "2",
+            "-retry-after",
+            "1",
+        ],
+    );
+    let spool = dir.path().join("spool");
+    let url = format!("http://{grpc_addr}");
+    let agent = Agent::start(
+        dir.path(),
+        "grpc",
+        &[
+            "--otlp",
+            &url,
+            "--otlp-protocol",
+            "grpc",
+            "--spool",
+            spool.to_str().unwrap(),
+        ],
+        &[],
+    );
+    wait_for("the agent's first window", || agent.windows() >= 1);
+    let bin = sample_bin(Sample::CpuMix, FramePointers::Yes);
+    let mut mix = Command::new(&bin)
+        .args(["--units", "1200000"])
+        .spawn()
+        .expect("cpu-mix");
+    wait_child(&mut mix, "cpu-mix");
+    let seen = agent.windows();
+    wait_for("a window after cpu-mix ended", || agent.windows() > seen);
+    let (said, _) = agent.stop();
+    let cut = windows_in(&said);
+    let (procs, windows) = received(&out);
+    assert_eq!(windows.len(), cut, "windows received of {cut} cut: {said}");
+    assert!(
+        said.contains(&format!("{cut} windows sent")) && said.contains("2 failed tries"),
+        "{said}"
+    );
+    let m = procs
+        .get(&i64::from(mix.id()))
+        .unwrap_or_else(|| panic!("no cpu-mix in the requests: {said}"));
+    assert_eq!(
+        m.attributes["service.name"],
+        Value::String("cpu-mix".into())
+    );
+    let n = total(&m.stacks);
+    let named = m
+        .stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == "cpu_mix_alpha"))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(
+        n >= 50 && named >= n / 4,
+        "{named} of {n} samples in cpu_mix_alpha: {said}"
+    );
+}
+
 /// Sends windows through a receiver that fails twice, one killed and
 /// restarted, and one that never answers (then a restarted agent).
 #[test]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::grpc;
 use crate::http::{self, Endpoint};
 use crate::rotated::{Bounds, Rotated};
 
@@ -39,6 +40,10 @@ impl Default for Retry {
         }
     }
 }
+
+/// The content type of a payload sent as a gRPC call (its path is the
+/// method, its encoding the message's compression) rather than a `POST`.
+pub const GRPC_CONTENT_TYPE: &str = "application/grpc";
 
 /// One request as it waits in the spool: where it goes, its headers and
 /// its body. Stored as a JSON line (the target) followed by the body.
@@ -302,6 +307,9 @@ impl Sending {
     }
 
     fn send(&self, p: &Payload) -> Outcome {
+        if p.content_type == GRPC_CONTENT_TYPE {
+            return self.call(p);
+        }
         let mut headers: Vec<(&str, &str)> = vec![("Content-Type", p.content_type.as_str())];
         if !p.encoding.is_empty() {
             headers.push(("Content-Encoding", p.encoding.as_str()));
@@ -319,6 +327,31 @@ impl Sending {
                 format!("HTTP {} {}", r.status, r.body.trim()),
             ),
             Ok(r) => Outcome::Refused(format!("HTTP {} {}", r.status, r.body.trim())),
+            Err(e) => Outcome::Later(None, e.to_string()),
+        }
+    }
+
+    /// A payload for gRPC: one unary call of its path (the method), its
+    /// headers as metadata (names in lower case, as HTTP/2 wants them).
+    fn call(&self, p: &Payload) -> Outcome {
+        let lower: Vec<(String, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str()))
+            .collect();
+        let metadata: Vec<(&str, &str)> = lower.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let gzipped = p.encoding == "gzip";
+        match grpc::call(
+            &self.to,
+            &p.path,
+            &metadata,
+            &p.body,
+            gzipped,
+            self.retry.timeout,
+        ) {
+            Ok(grpc::Status::Ok) => Outcome::Sent,
+            Ok(grpc::Status::Retryable(why)) => Outcome::Later(None, why),
+            Ok(grpc::Status::Refused(why)) => Outcome::Refused(why),
             Err(e) => Outcome::Later(None, e.to_string()),
         }
     }

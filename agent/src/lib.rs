@@ -16,6 +16,9 @@
 #![forbid(unsafe_code)]
 
 pub mod deliver;
+pub mod grpc;
+pub mod h2;
+pub mod hpack;
 pub mod http;
 pub mod pyroscope;
 pub mod rotated;
@@ -34,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use flamerec_format::{FormatError, Reader};
 use flamerec_record::{RecordError, RecordOptions};
 
-pub use sinks::{DirFormat, DirSink, SinkOptions};
+pub use sinks::{DirFormat, DirSink, OtlpProtocol, SinkOptions};
 
 /// Windows the shipper may hold before the cutter drops the next.
 const SHIP_QUEUE: usize = 4;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use flamerec_fold::export::{write_otlp, write_pprof, OtlpResource, OtlpValue};
 use flamerec_fold::{FoldOptions, Profile};
 
-use crate::deliver::{Delivery, Payload, Retry};
+use crate::deliver::{Delivery, Payload, Retry, GRPC_CONTENT_TYPE};
 use crate::http::Endpoint;
 use crate::rotated::{Bounds, Rotated};
 use crate::window::{ProcessInfo, WindowFile};
@@ -42,14 +42,31 @@ pub struct DirSink {
     pub bounds: Bounds,
 }
 
+/// OTLP's transports (`OTEL_EXPORTER_OTLP_PROTOCOL`'s values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `http/protobuf`: a `POST` of the message.
+    #[default]
+    HttpProtobuf,
+    /// `grpc`: a unary call of the profiles service's `Export` over HTTP/2
+    /// (plain, prior knowledge).
+    Grpc,
+}
+
+/// The gRPC method OTLP profiles are exported by.
+pub const OTLP_GRPC_METHOD: &str =
+    "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+
 /// Every sink of a run.
 #[derive(Debug, Clone, Default)]
 pub struct SinkOptions {
     /// A local directory.
     pub dir: Option<DirSink>,
-    /// An OTLP/HTTP endpoint (its base: the profiles path is added when
-    /// it has none), with headers to send.
+    /// An OTLP endpoint (over HTTP its base: the profiles path is added
+    /// when it has none), with headers to send.
     pub otlp: Option<(Endpoint, Vec<(String, String)>)>,
+    /// How OTLP is sent.
+    pub otlp_protocol: OtlpProtocol,
     /// Pyroscope's base URL, with headers to send.
     pub pyroscope: Option<(Endpoint, Vec<(String, String)>)>,
     /// Where payloads wait for their backend, one folder each.
@@ -66,6 +83,7 @@ pub struct SinkOptions {
 pub(crate) struct Sinks {
     dir: Option<(Rotated, DirFormat)>,
     otlp: Option<(Delivery, String)>,
+    otlp_type: &'static str,
     pyroscope: Option<Delivery>,
     service: Option<String>,
     host: String,
@@ -102,7 +120,9 @@ impl Sinks {
         };
         let otlp = match &o.otlp {
             Some(t) => {
-                let path = if t.0.path == "/" {
+                let path = if o.otlp_protocol == OtlpProtocol::Grpc {
+                    OTLP_GRPC_METHOD.to_string()
+                } else if t.0.path == "/" {
                     OTLP_PROFILES_PATH.to_string()
                 } else {
                     t.0.path.clone()
@@ -119,6 +139,10 @@ impl Sinks {
         Ok(Sinks {
             dir,
             otlp,
+            otlp_type: match o.otlp_protocol {
+                OtlpProtocol::HttpProtobuf => "application/x-protobuf",
+                OtlpProtocol::Grpc => GRPC_CONTENT_TYPE,
+            },
             pyroscope,
             service: o.service.clone(),
             host: std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -215,7 +239,7 @@ impl Sinks {
             let body = write_otlp(&profile, &resources)
                 .and_then(|b| gzip(&b))
                 .map_err(|e| e.to_string());
-            bytes += spool(d, w, path, "application/x-protobuf", "gzip", body, &fault);
+            bytes += spool(d, w, path, self.otlp_type, "gzip", body, &fault);
         }
         if let Some(d) = &self.pyroscope {
             let body = self.pyroscope_push(w, &profile);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use flamerec_agent::deliver::Retry;
 use flamerec_agent::http::Endpoint;
 use flamerec_agent::rotated::Bounds;
-use flamerec_agent::{AgentOptions, DirFormat, DirSink, SinkOptions};
+use flamerec_agent::{AgentOptions, DirFormat, DirSink, OtlpProtocol, SinkOptions};
 use flamerec_record::{ProcessRule, RecordOptions, Selection, Target};
 
 use super::record::{Event, Mode, Python};
@@ -50,6 +50,11 @@ pub struct Args {
     /// OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     otlp: Option<String>,
+    /// How OTLP is sent: http/protobuf or grpc (HTTP/2 without TLS).
+    /// Default: OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL, else
+    /// OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf.
+    #[arg(long, value_name = "PROTOCOL")]
+    otlp_protocol: Option<String>,
     /// Push pprof per service to this Pyroscope server (its push API).
     #[arg(long, value_name = "URL")]
     pyroscope: Option<String>,
@@ -94,20 +99,56 @@ pub struct Args {
     quiet: bool,
 }
 
+fn env_var(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The OTLP protocol as the flag and OpenTelemetry's variables give it.
+fn otlp_protocol(flag: Option<&str>) -> anyhow::Result<OtlpProtocol> {
+    let (value, from) = match flag {
+        Some(f) => (f.to_string(), "--otlp-protocol"),
+        None => match env_var("OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL") {
+            Some(v) => (v, "OTEL_EXPORTER_OTLP_PROFILES_PROTOCOL"),
+            None => match env_var("OTEL_EXPORTER_OTLP_PROTOCOL") {
+                Some(v) => (v, "OTEL_EXPORTER_OTLP_PROTOCOL"),
+                None => return Ok(OtlpProtocol::HttpProtobuf),
+            },
+        },
+    };
+    match value.trim() {
+        "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
+        "grpc" => Ok(OtlpProtocol::Grpc),
+        other => {
+            anyhow::bail!("{from}: `{other}` is not one flamerec sends (http/protobuf or grpc)")
+        }
+    }
+}
+
 /// The OTLP endpoint as the flag and OpenTelemetry's variables give it.
-fn otlp_endpoint(flag: &str) -> anyhow::Result<(Endpoint, Vec<(String, String)>)> {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+fn otlp_endpoint(
+    flag: &str,
+    protocol: OtlpProtocol,
+) -> anyhow::Result<(Endpoint, Vec<(String, String)>)> {
+    let var = env_var;
+    let grpc = protocol == OtlpProtocol::Grpc;
     let url = if !flag.is_empty() {
         flag.to_string()
     } else if let Some(u) = var("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") {
         u
     } else if let Some(base) = var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        // The general variable is a base: the signal's path goes after it.
-        format!(
-            "{}{}",
-            base.trim_end_matches('/'),
-            flamerec_agent::sinks::OTLP_PROFILES_PATH
-        )
+        if grpc {
+            // gRPC takes the endpoint as it is: the method names the signal.
+            base
+        } else {
+            // The general variable is a base: the signal's path goes after it.
+            format!(
+                "{}{}",
+                base.trim_end_matches('/'),
+                flamerec_agent::sinks::OTLP_PROFILES_PATH
+            )
+        }
+    } else if grpc {
+        "http://localhost:4317".to_string()
     } else {
         "http://localhost:4318".to_string()
     };
@@ -166,6 +207,7 @@ fn options(a: &Args) -> anyhow::Result<AgentOptions> {
         .map(|u| Endpoint::parse(u).map_err(|e| anyhow::anyhow!("--pyroscope: {e}")))
         .transpose()?
         .map(|e| (e, Vec::new()));
+    let protocol = otlp_protocol(a.otlp_protocol.as_deref())?;
     let sinks = SinkOptions {
         dir: a.dir.as_ref().map(|path| DirSink {
             path: path.clone(),
@@ -178,7 +220,12 @@ fn options(a: &Args) -> anyhow::Result<AgentOptions> {
                 max_age: Duration::from_secs(a.dir_max_hours.saturating_mul(3600)),
             },
         }),
-        otlp: a.otlp.as_deref().map(otlp_endpoint).transpose()?,
+        otlp: a
+            .otlp
+            .as_deref()
+            .map(|flag| otlp_endpoint(flag, protocol))
+            .transpose()?,
+        otlp_protocol: protocol,
         pyroscope,
         spool: a.spool.clone(),
         spool_bounds: Bounds {

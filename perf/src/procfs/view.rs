@@ -30,13 +30,15 @@ pub fn under_root(pid: u32, path: &str) -> PathBuf {
 /// paths: the same mount namespace and the same root directory. `None`
 /// when that cannot be read (the process is gone, or not ours to look at).
 pub fn shares_our_files(pid: u32) -> Option<bool> {
-    let ns = |p: &str| fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    /// A file's (device, inode).
+    type FileId = (u64, u64);
+    let id = |p: &str| fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
     // Ours, read once: this process does not change its namespace or root.
-    static OURS: std::sync::OnceLock<Option<((u64, u64), (u64, u64))>> = std::sync::OnceLock::new();
+    static OURS: std::sync::OnceLock<Option<(FileId, FileId)>> = std::sync::OnceLock::new();
     let (our_ns, our_root) =
-        (*OURS.get_or_init(|| Some((ns("/proc/self/ns/mnt")?, ns("/proc/self/root")?))))?;
-    let same_ns = ns(&format!("/proc/{pid}/ns/mnt"))? == our_ns;
-    let same_root = ns(&format!("/proc/{pid}/root"))? == our_root;
+        (*OURS.get_or_init(|| Some((id("/proc/self/ns/mnt")?, id("/proc/self/root")?))))?;
+    let same_ns = id(&format!("/proc/{pid}/ns/mnt"))? == our_ns;
+    let same_root = id(&format!("/proc/{pid}/root"))? == our_root;
     Some(same_ns && same_root)
 }
 
