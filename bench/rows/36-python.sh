@@ -1,10 +1,12 @@
 # Sourced by bench/run. Python frames (issue 35), in the runtimes table (RUNTIMES_TABLE, printed
 # after the main one): tests/programs/known-profile.py (fa, fb and fc take 50/30/20 of the time
-# under a 30-deep recursion), ≈ PYK_S s of CPU, on pyenv's CPython 3.11, 3.12 and 3.13 at 999 Hz:
+# under a 30-deep recursion), ≈ PYK_S s of CPU, on pyenv's CPython 3.8 to 3.13 at 999 Hz:
 #   - flamerec's default, py-spy 0.4.3 `record --native` at its default 100 Hz and at 999 Hz
 #     (installed with pip into a venv under target/bench), each with a core free;
 #   - 3.12 and 3.13 with `-X perf`: flamerec's default and perf --call-graph dwarf;
-#   - 3.12 with both cores busy (two copies at once): flamerec, py-spy --subprocesses at 100 Hz.
+#   - 3.12 with both cores busy (two copies at once): flamerec, py-spy --subprocesses at 100 Hz;
+#   - Debian sid's 3.13, 3.14 and 3.15 in its root by chroot: flamerec;
+#   - tests/programs/fork-pool.py (multiprocessing fork, 2 workers) on 3.12: flamerec, py-spy.
 # Figures (bench/lib/runtimes.py, last run's recording): samples; % of samples showing a frame
 # of the program; % of those whole from `<module>`; fa/fb/fc among the samples in one of them;
 # wall over bare (medians); recorder CPU per sample (CPU of the recorded run − the bare run's,
@@ -120,7 +122,7 @@ PY_X_TOOLS=(bare flamerec-dwarf perf-dwarf)
 PY_PAIR_TOOLS=(bare flamerec-dwarf py-spy-100)
 PY_W=() PY_XW=()
 declare -A PY_BIN=()
-for m in 11 12 13; do
+for m in 8 9 10 11 12 13; do
     bin=$(pyenv_python "$m")
     if [ -z "$bin" ]; then
         rt_row "known-profile.py, CPython 3.$m" "—" "n/a: no pyenv CPython 3.$m here" "" "" "" "" ""
@@ -139,7 +141,25 @@ for m in 11 12 13; do
     fi
     log "python: CPython 3.$m, known-profile.py $rounds rounds (≈ $PYK_S s)"
 done
+# Debian's own builds (sid's 3.13, 3.14, 3.15: PGO, stripped, the eval loop's cold part apart),
+# run in the sid root (tests/rootfs/make-sid-root) by chroot: another libc, files the host's
+# paths do not reach.
+SID_ROOT=${FLAMEREC_SID_ROOT:-/var/cache/flamerec/sid-root}
+PY_SID_W=()
+PY_SID_TOOLS=(bare flamerec-dwarf)
+for m in 13 14 15; do
+    if [ ! -x "$SID_ROOT/usr/bin/python3.$m" ]; then
+        rt_row "known-profile.py, Debian sid's CPython 3.$m (chroot)" "—" "n/a: no $SID_ROOT/usr/bin/python3.$m (tests/rootfs/make-sid-root makes it)" "" "" "" "" ""
+        continue
+    fi
+    cp "$PY_PROG" "$SID_ROOT/tmp/known-profile.py"
+    rounds=$(calibrate "$PYK_S" 20 chroot "$SID_ROOT" "/usr/bin/python3.$m" /tmp/known-profile.py)
+    eval "workload_pysid3$m() { W_CMD=(chroot '$SID_ROOT' /usr/bin/python3.$m /tmp/known-profile.py $rounds); }"
+    PY_SID_W+=("pysid3$m")
+    log "python: Debian sid's CPython 3.$m in a chroot, known-profile.py $rounds rounds"
+done
 [ ${#PY_W[@]} = 0 ] || record_runs PY_TOOLS "${PY_W[@]}"
+[ ${#PY_SID_W[@]} = 0 ] || record_runs PY_SID_TOOLS "${PY_SID_W[@]}"
 [ ${#PY_XW[@]} = 0 ] || record_runs PY_X_TOOLS "${PY_XW[@]}"
 [ -z "${PY_BIN[12]:-}" ] || record_runs PY_PAIR_TOOLS py312-pair
 for w in "${PY_W[@]}"; do
@@ -150,6 +170,39 @@ for w in "${PY_XW[@]}"; do
     py_rows "$w" "known-profile.py, CPython 3.$m \`-X perf\`, a core free" "${PY_X_TOOLS[@]:1}"
 done
 [ -z "${PY_BIN[12]:-}" ] || py_rows py312-pair "known-profile.py ×2 at once, CPython 3.12, every core busy" "${PY_PAIR_TOOLS[@]:1}"
+for w in "${PY_SID_W[@]}"; do
+    py_rows "$w" "known-profile.py, Debian sid's CPython 3.${w#pysid3} (chroot), a core free" "${PY_SID_TOOLS[@]:1}"
+done
+
+# Forked workers (issue 45): multiprocessing's fork start method, 2 workers on 2 cores, each task
+# 60/40 in work_a and work_b. Shown: samples with a frame of the program (the parent only
+# waits), whole from `<module>` (a forked worker's stack starts in its parent's), the split.
+FORK_PROG=$ROOT/tests/programs/fork-pool.py
+if [ -n "${PY_BIN[12]:-}" ]; then
+    rounds=$(calibrate "$PYK_S" 20 "${PY_BIN[12]}" "$FORK_PROG" fork)
+    eval "workload_py312_fork() { W_CMD=('${PY_BIN[12]}' '$FORK_PROG' fork $rounds); }"
+    log "python: fork-pool.py fork $rounds rounds, CPython 3.12"
+    FORK_TOOLS=(bare flamerec-dwarf py-spy-100)
+    record_runs FORK_TOOLS py312-fork
+    for tool in "${FORK_TOOLS[@]:1}"; do
+        label="fork-pool.py, multiprocessing fork, 2 workers, CPython 3.12, every core busy"
+        if [ -n "$(tool_na "$tool")" ]; then
+            rt_row "$label" "$(rt_tool_name "$tool")" "n/a: $(tool_na "$tool")" "" "" "" "" ""
+            continue
+        fi
+        f=$(rt_file py312-fork "$tool")
+        rt_folded "$tool" "$f" > "$OUT/rec/py312-fork.$tool.folded"
+        IFS=$'\t' read -r _ named whole _ a b _ < <(python3 "$RT" shares "$OUT/rec/py312-fork.$tool.folded" fork-pool '<module>' work_a work_b none)
+        samples=$(col py312-fork "$tool" samples)
+        wall=$(calc "$(col py312-fork "$tool" wall_s) / $(col py312-fork bare wall_s)")
+        cpu=$(calc "($(col py312-fork "$tool" cpu_s) - $(col py312-fork bare cpu_s)) / $samples * 1e6")
+        split="n/a: neither named"
+        [ "$a" = nan ] || split="$a / $b (goal 60 / 40 ± 2: $(calc "($a - 60) ^ 2 <= 4" | sed 's/^1$/yes/; s/^0$/no/'))"
+        rt_row "$label" "$(rt_tool_name "$tool")" "$samples" "$(fmt %.1f%% "$named")" \
+            "$(fmt %.1f%% "$whole") ($(holds "$whole" ">=" 99.5))" "$split" \
+            "$(fmt %.3f "$wall") ($(holds "$wall" "<=" 1.05))" "$(fmt %.1f "$cpu") µs"
+    done
+fi
 
 # Exactness: the last -X perf recording, and one more beside two busy loops.
 PY_NOTES=$OUT/runtimes-notes.md

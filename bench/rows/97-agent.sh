@@ -63,3 +63,14 @@ else
     row "bytes per window sent (median), $agent_label" — — — — "$agent_bytes B" "—" "as measured" "—"
     row "longest delay from a window's end to the collector's answer, $agent_label ($agent_dropped dropped)" — — — — "$agent_delay s" "—" "≤ 2 s" "$(holds "$agent_delay" "<=" 2)"
 fi
+
+# The OpenTelemetry eBPF profiler side by side (issue 46), when its Go module can be fetched here.
+EBPF_NA=""
+if ! command -v go > /dev/null; then
+    EBPF_NA="no Go toolchain"
+elif ! (cd "$AG" && GOFLAGS=-mod=mod go mod download -json go.opentelemetry.io/ebpf-profiler@latest) > "$AG/ebpf-profiler.txt" 2>&1; then
+    EBPF_NA="its module go.opentelemetry.io/ebpf-profiler cannot be fetched here: $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1])).get("Error", "")[:200])' "$AG/ebpf-profiler.txt" 2> /dev/null || tail -n1 "$AG/ebpf-profiler.txt")"
+else
+    EBPF_NA="its module is fetched, but this bench does not build and drive it yet"
+fi
+row "the OpenTelemetry eBPF profiler beside the same load" — — — — "n/a" "n/a: $EBPF_NA" "—" "n/a"
