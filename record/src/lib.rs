@@ -32,6 +32,7 @@ mod rings;
 mod select;
 mod session;
 mod signals;
+mod splice;
 mod spool;
 mod state;
 #[allow(unsafe_code)]

@@ -6,7 +6,7 @@
 //! handled. A sample takes the walk of its thread that ran just before it;
 //! its Python frames are then spliced into its native stack where each call
 //! of the eval loop runs, the interpreter's own frames between two runs
-//! left out.
+//! left out (the rules are `splice`'s; this module names the frames).
 //!
 //! What this module keeps: the CPython processes seen (their layout, where
 //! their eval loop is, as (module, file offset)), which of their threads
@@ -29,12 +29,14 @@ use flamerec_format::{Frame, FrameId, Module, ModuleId, ModuleKind, PythonRead};
 use flamerec_python::bpf::{Entry, Record, WalkerMaps};
 use flamerec_python::{
     code_identity, is_cpython_binary, CodeInfo, FindError, Interpreter, Memory, Process, PyFrame,
+    Run,
 };
 
 use crate::rings::Event;
 use crate::sys;
 
 use crate::pynames::MODULE;
+use crate::splice;
 
 /// The ring the walks go through: records of up to 3 KiB, read each round;
 /// sized for two seconds of walks at the sampling rate, within these.
@@ -521,103 +523,95 @@ impl Python {
             p.place(pid, conv);
         }
         let p = &self.procs[&pid];
+        let binary = p.binary;
         let runs = walk.runs(&p.interp.layout);
         let in_eval = |f: &Frame| {
-            Some(f.module) == p.binary && p.eval.iter().any(|&(a, b)| (a..b).contains(&f.address))
+            Some(f.module) == binary && p.eval.iter().any(|&(a, b)| (a..b).contains(&f.address))
         };
-        let mut evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
-        let mut runs = runs;
-        if cut && evals.len() < runs.len() {
-            runs.truncate(evals.len());
-        }
-        // A walk that stopped at its frame limit holds the innermost runs:
-        // they pair with the innermost eval-loop calls, the outer calls
-        // keep their native frames.
-        if walk.is_full() && evals.len() >= runs.len() {
-            evals.truncate(runs.len());
+        let evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
+        let (pairing, limited) = splice::pair(evals.len(), runs.len(), cut, walk.is_full());
+        if limited {
             self.stats.walks_full += 1;
         }
-        if evals.len() != runs.len() {
-            self.stats.unpaired += 1;
-            if let Some(p) = self.procs.get_mut(&pid) {
-                p.native_only += 1;
-            }
-            // The thread's state may have been taken for another's (read
-            // while a thread was starting): read the states again.
-            self.stale.insert(pid);
-            return false;
-        }
-        if runs.is_empty() {
+        let n = match pairing {
+            splice::Pairing::Paired(n) => n,
             // Not in Python code (the interpreter starting or ending).
-            return false;
-        }
-        let binary = p.binary;
-        let mut out =
-            Vec::with_capacity(user.len() + runs.iter().map(|r| r.frames.len()).sum::<usize>());
-        let mut next = 0;
-        // The code of the last run's outermost frame, whose trampoline
-        // (if any) is the next frame.
-        let mut outermost: Option<(u64, u64)> = None;
-        for (i, f) in user.iter().enumerate() {
-            if next < evals.len() && evals[next] == i {
-                outermost = None;
-                if self.shown.interpreter {
-                    // The eval-loop call under the Python frames it ran.
-                    out.push(*f);
+            splice::Pairing::NoRun => return false,
+            splice::Pairing::Unpaired => {
+                self.stats.unpaired += 1;
+                if let Some(p) = self.procs.get_mut(&pid) {
+                    p.native_only += 1;
                 }
-                for py in &runs[next].frames {
-                    if let Some((frame_of_code, first_traceable)) =
-                        self.code_frame(conv, pid, py.code, py.identity)
-                    {
-                        if first_traceable.is_none_or(|first| py.instr >= first) {
-                            let frame = match self.shown.lines {
-                                true => self.line_frame(conv, pid, py),
-                                false => None,
-                            };
-                            out.push(frame.unwrap_or(frame_of_code));
-                            outermost = Some((py.code, py.identity));
-                        }
-                    }
-                }
-                if runs[next].cut {
-                    // Its outer frames were not read: said, not hidden.
-                    out.push(self.marker_frame(conv, DEEPER));
-                    outermost = None;
-                }
-                next += 1;
-                continue;
+                // The thread's state may have been taken for another's
+                // (read while a thread was starting): read the states again.
+                self.stale.insert(pid);
+                return false;
             }
-            // A trampoline calls the eval loop: the frame right after a run
-            // is the run's trampoline, if any, and names its outermost code,
-            // shown already.
-            let beside = outermost
-                .take()
-                .and_then(|(code, id)| self.code_frames.get(&(pid, code, id)));
-            if let Some((cf, name)) = beside.and_then(|cf| Some((cf, jit_name(f.module)?))) {
+        };
+        let placed: Vec<splice::Placed<(u64, u64)>> = runs[..n]
+            .iter()
+            .map(|run| self.placed(conv, pid, run))
+            .collect();
+        let (code_frames, stats) = (&self.code_frames, &mut self.stats);
+        *user = splice::merge(
+            user,
+            &evals[..n],
+            &placed,
+            binary,
+            self.shown.interpreter,
+            |(code, id), f| {
+                let cf = code_frames.get(&(pid, code, id))?;
+                let name = jit_name(f.module)?;
                 if names_code(name, &cf.info) {
-                    self.stats.trampolines_named_alike += 1;
-                    continue;
+                    stats.trampolines_named_alike += 1;
+                    return Some(true);
                 }
                 if name.starts_with(crate::pynames::PY_PREFIX) {
-                    self.stats.trampolines_named_otherwise += 1;
+                    stats.trampolines_named_otherwise += 1;
                 }
-                out.push(*f);
-            } else if next > 0
-                && next < evals.len()
-                && Some(f.module) == binary
-                && !self.shown.interpreter
-            {
-                // The interpreter's own frames between two runs.
-            } else {
-                out.push(*f);
-            }
-        }
-        *user = out;
+                Some(false)
+            },
+        );
         self.stats.spliced += 1;
         if let Some(p) = self.procs.get_mut(&pid) {
             p.shown += 1;
         }
         true
+    }
+
+    /// One run of `pid`'s Python frames, named: each frame whose code can
+    /// be read (from its first traceable instruction on), and the marker
+    /// of outer frames not read where the run was cut.
+    fn placed<W: io::Write>(
+        &mut self,
+        conv: &mut Converter<W>,
+        pid: u32,
+        run: &Run,
+    ) -> splice::Placed<(u64, u64)> {
+        let mut frames = Vec::with_capacity(run.frames.len() + 1);
+        let mut outermost = None;
+        for py in &run.frames {
+            let Some((frame_of_code, first_traceable)) =
+                self.code_frame(conv, pid, py.code, py.identity)
+            else {
+                continue;
+            };
+            if first_traceable.is_some_and(|first| py.instr < first) {
+                continue;
+            }
+            let frame = match self.shown.lines {
+                true => self.line_frame(conv, pid, py),
+                false => None,
+            };
+            frames.push(frame.unwrap_or(frame_of_code));
+            outermost = Some((py.code, py.identity));
+        }
+        if run.cut {
+            // Its outer frames were not read: said, not hidden.
+            frames.push(self.marker_frame(conv, DEEPER));
+            outermost = None;
+        }
+        splice::Placed { frames, outermost }
     }
 
     /// The frame of code object `code` of `pid` (`identity` as the walk

@@ -11,6 +11,13 @@
 //! see `offcpu`). The helpers hold what waits and return what is ready;
 //! only this file writes.
 //!
+//! Between the two, interpreted and compiled code get their names: a
+//! CPython sample takes the walk of Python frames made at the sample
+//! (`python`), spliced where each eval-loop call runs (`splice`: the rules,
+//! pure); JIT frames stay (module, address) and are named from the perf
+//! maps and jitdumps followed as they grow (`jit`), the trampolines of
+//! `-X perf` among them.
+//!
 //! The user part is done as records arrive, in order with the mappings it
 //! resolves against. The kernel part needs the kernel's symbol table, which
 //! takes a while to read at start: until it is in, samples wait here with
