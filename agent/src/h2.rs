@@ -105,6 +105,12 @@ fn read_frame(s: &mut impl Read) -> io::Result<Frame> {
     })
 }
 
+/// The first four bytes of `p` as a big-endian number.
+fn word(p: &[u8]) -> Option<u32> {
+    p.get(..4)
+        .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+}
+
 /// The payload of a DATA or HEADERS frame without its padding (and, for
 /// HEADERS, its priority fields).
 fn unpadded(f: &Frame) -> io::Result<&[u8]> {
@@ -155,33 +161,16 @@ impl Conn {
             PING if f.flags & ACK == 0 => {
                 let _ = write_frame(&mut self.s, PING, ACK, 0, &f.payload);
             }
-            WINDOW_UPDATE => {
-                let b: [u8; 4] = f
-                    .payload
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| broken("a window update of the wrong size"))?;
-                let add = i64::from(u32::from_be_bytes(b) & 0x7fff_ffff);
-                match f.stream {
-                    0 => self.conn_window += add,
-                    STREAM => self.stream_window += add,
-                    _ => {}
-                }
-            }
+            WINDOW_UPDATE => self.window_update(&f)?,
             RST_STREAM if f.stream == STREAM => {
-                let code = f
-                    .payload
-                    .get(..4)
-                    .map_or(0, |c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+                let code = word(&f.payload).unwrap_or(0);
                 return Err(io::Error::new(
                     io::ErrorKind::ConnectionReset,
                     format!("HTTP/2: the server reset the stream (error {code})"),
                 ));
             }
             GOAWAY => {
-                let last = f.payload.get(..4).map_or(0, |c| {
-                    u32::from_be_bytes([c[0], c[1], c[2], c[3]]) & 0x7fff_ffff
-                });
+                let last = word(&f.payload).unwrap_or(0) & 0x7fff_ffff;
                 if last < STREAM || !self.got_headers {
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionAborted,
@@ -189,48 +178,66 @@ impl Conn {
                     ));
                 }
             }
-            HEADERS if f.stream == STREAM => {
-                if self.block.is_some() {
-                    return Err(broken("a header block inside another"));
-                }
-                let part = unpadded(&f)?.to_vec();
-                self.block = Some((part, f.flags & END_STREAM != 0));
-                if f.flags & END_HEADERS != 0 {
-                    self.end_block()?;
-                }
-            }
-            CONTINUATION if f.stream == STREAM => {
-                let Some((block, _)) = &mut self.block else {
-                    return Err(broken("a continuation without headers"));
-                };
-                if block.len() + f.payload.len() > MAX_BLOCK {
-                    return Err(broken("a header block too large"));
-                }
-                block.extend_from_slice(&f.payload);
-                if f.flags & END_HEADERS != 0 {
-                    self.end_block()?;
-                }
-            }
-            DATA if f.stream == STREAM => {
-                let data = unpadded(&f)?;
-                let room = MAX_BODY.saturating_sub(self.answer.body.len());
-                self.answer
-                    .body
-                    .extend_from_slice(&data[..data.len().min(room)]);
-                if !f.payload.is_empty() {
-                    // Give back what the frame used, so a longer answer flows.
-                    let n = (f.payload.len() as u32).to_be_bytes();
-                    let _ = write_frame(&mut self.s, WINDOW_UPDATE, 0, 0, &n);
-                    let _ = write_frame(&mut self.s, WINDOW_UPDATE, 0, STREAM, &n);
-                }
-                if f.flags & END_STREAM != 0 {
-                    self.ended = true;
-                }
-            }
+            HEADERS | CONTINUATION if f.stream == STREAM => self.header_part(&f)?,
+            DATA if f.stream == STREAM => self.data(&f)?,
             HEADERS | CONTINUATION | DATA => {
                 return Err(broken("a frame on a stream never opened"))
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn window_update(&mut self, f: &Frame) -> io::Result<()> {
+        if f.payload.len() != 4 {
+            return Err(broken("a window update of the wrong size"));
+        }
+        let add = i64::from(word(&f.payload).unwrap_or(0) & 0x7fff_ffff);
+        match f.stream {
+            0 => self.conn_window += add,
+            STREAM => self.stream_window += add,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A HEADERS frame or a CONTINUATION of its block.
+    fn header_part(&mut self, f: &Frame) -> io::Result<()> {
+        if f.kind == HEADERS {
+            if self.block.is_some() {
+                return Err(broken("a header block inside another"));
+            }
+            let part = unpadded(f)?.to_vec();
+            self.block = Some((part, f.flags & END_STREAM != 0));
+        } else {
+            let Some((block, _)) = &mut self.block else {
+                return Err(broken("a continuation without headers"));
+            };
+            if block.len() + f.payload.len() > MAX_BLOCK {
+                return Err(broken("a header block too large"));
+            }
+            block.extend_from_slice(&f.payload);
+        }
+        if f.flags & END_HEADERS != 0 {
+            self.end_block()?;
+        }
+        Ok(())
+    }
+
+    fn data(&mut self, f: &Frame) -> io::Result<()> {
+        let data = unpadded(f)?;
+        let room = MAX_BODY.saturating_sub(self.answer.body.len());
+        self.answer
+            .body
+            .extend_from_slice(&data[..data.len().min(room)]);
+        if !f.payload.is_empty() {
+            // Give back what the frame used, so a longer answer flows.
+            let n = (f.payload.len() as u32).to_be_bytes();
+            let _ = write_frame(&mut self.s, WINDOW_UPDATE, 0, 0, &n);
+            let _ = write_frame(&mut self.s, WINDOW_UPDATE, 0, STREAM, &n);
+        }
+        if f.flags & END_STREAM != 0 {
+            self.ended = true;
         }
         Ok(())
     }

@@ -339,7 +339,7 @@ impl Sinks {
             let pprof = pprof_bytes(profile.as_ref().unwrap_or(all))?;
             series.push(crate::pyroscope::Series {
                 labels: vec![
-                    ("__name__".into(), "process_cpu".into()),
+                    ("__name__".into(), pyroscope_name(all).into()),
                     ("service_name".into(), service),
                     ("host_name".into(), self.host.clone()),
                 ],
@@ -438,6 +438,16 @@ fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
     let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     z.write_all(body)?;
     z.finish()
+}
+
+/// The profile type's name Pyroscope groups by: `process_cpu` (as its eBPF
+/// agent sends), `off_cpu` for time blocked (`-e off-cpu`).
+fn pyroscope_name(p: &Profile) -> &'static str {
+    if p.metadata.event == "off-cpu" {
+        "off_cpu"
+    } else {
+        "process_cpu"
+    }
 }
 
 fn pprof_bytes(p: &Profile) -> Result<Vec<u8>, String> {

@@ -28,7 +28,7 @@ fn off_cpu_exports_weigh_blocked_nanoseconds() {
     );
 
     let raw = pprof(&["-raw"], &pb);
-    assert!(raw.contains("off-cpu/nanoseconds[dflt]"), "{raw}");
+    assert!(raw.contains("off_cpu/nanoseconds[dflt]"), "{raw}");
     let top = pprof(&["-top", "-nodecount=20"], &pb);
     assert!(!assert_top_matches(&top, &json).is_empty(), "{top}");
 

@@ -6,7 +6,8 @@
 //! thread's name), and in recordings that identify processes `container`
 //! (`podman:0123456789ab`, `host`) with `container.id` in a container. Sample types follow the event ([`Measure`]):
 //! `samples/count` and `cpu/nanoseconds` for clock events (a sample is one
-//! period, 1e9 / frequency ns), `off-cpu/nanoseconds` for off-CPU time,
+//! period, 1e9 / frequency ns), `off_cpu/nanoseconds` for off-CPU time (as
+//! OTLP names it; Pyroscope refuses a `-` in a type's name),
 //! `samples/count` otherwise.
 //!
 //! One location per frame, with one line per function, innermost first
@@ -423,7 +424,7 @@ impl Builder {
             }
             Measure::OffCpu | Measure::Count => {
                 let only = match measure {
-                    Measure::OffCpu => vt(self, "off-cpu", "nanoseconds"),
+                    Measure::OffCpu => vt(self, "off_cpu", "nanoseconds"),
                     _ => vt(self, "samples", "count"),
                 };
                 self.p.default_sample_type = only.r#type;

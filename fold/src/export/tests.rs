@@ -321,7 +321,7 @@ fn off_cpu_weights_are_nanoseconds_and_fractional_milliseconds() {
     assert_eq!(pb.sample_type.len(), 1);
     assert_eq!(
         (s(pb.sample_type[0].r#type), s(pb.sample_type[0].unit)),
-        ("off-cpu", "nanoseconds")
+        ("off_cpu", "nanoseconds")
     );
     assert_eq!(
         pb.sample.iter().map(|x| x.value[0]).sum::<i64>(),
