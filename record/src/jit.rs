@@ -19,7 +19,7 @@
 //! named stay in `[anon]` and are named at the end when the files, read
 //! whole by then, leave no doubt (see `name_untimed`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -78,7 +78,18 @@ pub(crate) struct JitNames {
     warnings: Vec<String>,
     /// Frames of the recording looked at by [`JitNames::new_names`] so far.
     frames_seen: usize,
+    /// Followed processes that exited (when, on the samples' clock), oldest
+    /// first: read once more at their exit, then no longer polled, and let
+    /// go [`EXITED_KEPT_NS`] later (their late samples are named until then).
+    exited: VecDeque<(u64, u32)>,
+    done: HashSet<u32>,
 }
+
+/// How long the sources of an exited process stay for its late samples.
+/// Without an end, a system-wide recording polled the perf map of every
+/// process that had ever mapped anonymous executable memory, each round,
+/// for as long as it ran (3% of the agent's CPU beside a build).
+const EXITED_KEPT_NS: u64 = 30_000_000_000;
 
 /// Where `pid`'s runtime writes its perf map: `perf-N.map` in its own
 /// `/tmp`, N its pid in its own pid namespace (a container's runtime knows
@@ -156,9 +167,31 @@ impl JitNames {
         }
     }
 
+    /// Process `pid` exited at `now`: what its runtime wrote last is read,
+    /// and it is polled no more.
+    pub(crate) fn exited(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
+        if self.procs.contains_key(&pid) && self.done.insert(pid) {
+            self.poll_pid(pid, now, u);
+            self.exited.push_back((now, pid));
+        }
+        while let Some(&(at, gone)) = self.exited.front() {
+            if at.saturating_add(EXITED_KEPT_NS) > now {
+                break;
+            }
+            self.exited.pop_front();
+            if self.done.remove(&gone) {
+                self.procs.remove(&gone);
+            }
+        }
+    }
+
     /// `child` was forked from `parent`: a CPython's child is one too (its
     /// perf trampolines are found in the anonymous memory it maps).
     pub(crate) fn forked(&mut self, parent: u32, child: u32) {
+        // A pid used again: what was followed was the exited process's.
+        if self.done.remove(&child) {
+            self.procs.remove(&child);
+        }
         if self.cpython.contains(&parent) {
             self.cpython.insert(child);
         }
@@ -166,6 +199,7 @@ impl JitNames {
 
     /// `pid` called exec: its files were the old image's.
     pub(crate) fn exec(&mut self, pid: u32) {
+        self.done.remove(&pid);
         self.procs.remove(&pid);
         self.unreadable.remove(&pid);
     }
@@ -202,7 +236,12 @@ impl JitNames {
     /// Reads what every followed process appended (at the start of a
     /// drain round; `now` on the samples' clock).
     pub(crate) fn poll(&mut self, now: u64, mut u: Option<&mut StackUnwinder>) {
-        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        let pids: Vec<u32> = self
+            .procs
+            .keys()
+            .filter(|p| !self.done.contains(p))
+            .copied()
+            .collect();
         for pid in pids {
             self.poll_pid(pid, now, u.as_deref_mut());
         }
@@ -655,6 +694,29 @@ fn is_jitdump(path: &str) -> bool {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    /// A followed process that exits is polled no more and let go once a
+    /// later exit is [`EXITED_KEPT_NS`] past its own; its pid forked again
+    /// is a new process.
+    #[test]
+    fn an_exited_process_is_let_go_after_a_while() {
+        let me = std::process::id();
+        let mut j = JitNames::default();
+        j.follow(me);
+        j.exited(me, 1_000, None);
+        assert!(
+            j.done.contains(&me) && j.procs.contains_key(&me),
+            "kept a while"
+        );
+        j.exited(u32::MAX, 1_000 + EXITED_KEPT_NS - 1, None);
+        assert!(j.procs.contains_key(&me));
+        j.exited(u32::MAX, 1_000 + EXITED_KEPT_NS, None);
+        assert!(!j.procs.contains_key(&me) && j.exited.is_empty(), "let go");
+        j.follow(me);
+        j.exited(me, 5, None);
+        j.forked(1, me);
+        assert!(!j.procs.contains_key(&me) && !j.done.contains(&me));
+    }
 
     /// A followed process whose map holds `lines`, read as it ended.
     fn with_map(names: &mut JitNames, dir: &Path, pid: u32, lines: &str) {

@@ -435,6 +435,8 @@ impl<W: io::Write> State<W> {
                         self.write_settled(done);
                     }
                     if pid == tid {
+                        self.jit
+                            .exited(pid, sys::monotonic_ns(), self.conv.unwinder_mut());
                         self.conv.exit(pid, t);
                         if let Some(p) = &mut self.python {
                             p.forget(pid);
