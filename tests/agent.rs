@@ -162,7 +162,9 @@ pub(crate) fn received(path: &Path) -> (HashMap<i64, Process>, BTreeSet<String>)
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut procs: HashMap<i64, Process> = HashMap::new();
     let mut windows = BTreeSet::new();
-    for line in text.lines() {
+    // A line still being written (the receiver appends while tests poll)
+    // is left for the next read.
+    for line in text.split_inclusive('\n').filter(|l| l.ends_with('\n')) {
         let req: Value = serde_json::from_str(line).expect("a JSON request");
         let d = &req["dictionary"];
         let table = |k: &str| d[k].as_array().cloned().unwrap_or_default();

@@ -77,7 +77,8 @@ fn judge(a: &h2::Answer) -> Status {
     let why = || {
         format!(
             "gRPC status {code} {}",
-            percent_decoded(field("grpc-message").unwrap_or(""))
+            // `grpc-message` is percent-encoded.
+            crate::http::percent_decode(field("grpc-message").unwrap_or(""))
         )
         .trim_end()
         .to_string()
@@ -88,30 +89,6 @@ fn judge(a: &h2::Answer) -> Status {
         8 if field("grpc-status-details-bin").is_some() => Status::Retryable(why()),
         _ => Status::Refused(why()),
     }
-}
-
-/// `grpc-message` is percent-encoded.
-fn percent_decoded(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (b[i], hex) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! bounded by the timeout; nothing the peer sends is trusted for sizes.
 
 use std::io::{self, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use crate::hpack::{self, Decoder};
@@ -343,14 +343,7 @@ pub fn post(
     body: &[u8],
     timeout: Duration,
 ) -> io::Result<Answer> {
-    let addr = (to.host.as_str(), to.port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for the host"))?;
-    let s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    s.set_nodelay(true)?;
+    let s = crate::http::connect(to, timeout)?;
     let mut c = Conn {
         s,
         decoder: Decoder::default(),

@@ -63,6 +63,43 @@ impl Endpoint {
     }
 }
 
+/// `s` with its `%XX` escapes decoded (as OTLP's header variables and
+/// gRPC's messages write them); a `%` without two hex digits stays.
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A connection to `to`, each step (connect, read, write) within `timeout`.
+pub(crate) fn connect(to: &Endpoint, timeout: Duration) -> io::Result<TcpStream> {
+    let addr = (to.host.as_str(), to.port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for the host"))?;
+    let s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
 /// What the server answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
@@ -82,14 +119,7 @@ pub fn post(
     body: &[u8],
     timeout: Duration,
 ) -> io::Result<Response> {
-    let addr = (to.host.as_str(), to.port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address for the host"))?;
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    s.set_nodelay(true)?;
+    let mut s = connect(to, timeout)?;
     let mut head = format!(
         "POST {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: flamerec/{}\r\n",
         to.path,

@@ -169,31 +169,12 @@ fn parse_headers(s: &str) -> anyhow::Result<Vec<(String, String)>> {
             let (k, v) = p.split_once('=').ok_or_else(|| {
                 anyhow::anyhow!("OTEL_EXPORTER_OTLP_HEADERS: `{p}` is not key=value")
             })?;
-            Ok((k.trim().to_string(), percent_decode(v.trim())))
+            Ok((
+                k.trim().to_string(),
+                flamerec_agent::http::percent_decode(v.trim()),
+            ))
         })
         .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn options(a: &Args) -> anyhow::Result<AgentOptions> {
@@ -290,6 +271,6 @@ mod tests {
             [("api-key".into(), "a b".into()), ("x".into(), "1".into())]
         );
         assert!(parse_headers("novalue").is_err());
-        assert_eq!(percent_decode("%zz%41"), "%zzA");
+        assert_eq!(flamerec_agent::http::percent_decode("%zz%41"), "%zzA");
     }
 }
