@@ -1032,14 +1032,16 @@ fn a_lowered_callchain_cap_is_set_back_after_an_fp_recording() {
 /// loaded 2-core machine, ≥ 600 samples in 2 s at 999 Hz; the bound is 50.
 #[test]
 fn include_and_exclude_pick_the_processes_of_a_system_wide_recording() {
-    if !perf_usable() {
-        return;
-    }
     let dir = tmp();
     let spin = "int main(void) { volatile unsigned long n = 0; for (;;) n++; }";
     let keep = compile_c(dir.path(), "keepme", spin, &["-O1"]);
     let drop_ = compile_c(dir.path(), "dropme", spin, &["-O1"]);
-    let _running = workload();
+    // Two busy loops take both CPUs for seconds: not beside a test that
+    // measures time (a full run of the suite saw the diff gate's one-run
+    // comparison miss a 30% slowdown, these loops maybe beside it).
+    let Some(_alone) = measuring() else {
+        return;
+    };
     let _kept = Busy(Command::new(&keep).spawn().unwrap());
     let dropped = Busy(Command::new(&drop_).spawn().unwrap());
     let roots = |args: &[&str]| -> Vec<(String, u64)> {
