@@ -136,6 +136,12 @@ impl Delivery {
         let stop = Arc::new(AtomicBool::new(false));
         let hurry = Arc::new(AtomicBool::new(false));
         let (wake, woken) = mpsc::channel();
+        // Header names in lower case: HTTP/1.1 ignores their case, and
+        // HTTP/2 (gRPC's metadata) wants them so.
+        let headers = headers
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
         let sender = Sending {
             spool: Arc::clone(&spool),
             to,
@@ -332,14 +338,13 @@ impl Sending {
     }
 
     /// A payload for gRPC: one unary call of its path (the method), its
-    /// headers as metadata (names in lower case, as HTTP/2 wants them).
+    /// headers as metadata.
     fn call(&self, p: &Payload) -> Outcome {
-        let lower: Vec<(String, &str)> = self
+        let metadata: Vec<(&str, &str)> = self
             .headers
             .iter()
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.as_str()))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let metadata: Vec<(&str, &str)> = lower.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         let gzipped = p.encoding == "gzip";
         match grpc::call(
             &self.to,

@@ -331,8 +331,6 @@ impl JitNames {
         });
     }
 
-    /// Whether any process ran JIT code: a frame a map or dump named, or
-    /// one left unnamed in anonymous memory.
     /// The names of the recording's frames new since the last call whose
     /// JIT code was named at their sample: written into the recording as
     /// they are learned (a continuous recording's windows carry them; a
@@ -353,6 +351,8 @@ impl JitNames {
             .collect()
     }
 
+    /// Whether any process ran JIT code: a frame a map or dump named, or
+    /// one left unnamed in anonymous memory.
     pub(crate) fn saw_jit_code(&self) -> bool {
         !self.modules.is_empty() || !self.unnamed.is_empty()
     }

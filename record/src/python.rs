@@ -49,10 +49,9 @@ const RING_BYTES: std::ops::RangeInclusive<u32> = (256 << 10)..=(8 << 20);
 fn ring_bytes(walks_per_s: u64) -> u32 {
     let want = walks_per_s.saturating_mul(3 << 10).saturating_mul(2);
     let want = u32::try_from(want).unwrap_or(u32::MAX);
+    // Within the bounds, both powers of two: the next one stays within.
     want.clamp(*RING_BYTES.start(), *RING_BYTES.end())
-        .checked_next_power_of_two()
-        .unwrap_or(*RING_BYTES.end())
-        .min(*RING_BYTES.end())
+        .next_power_of_two()
 }
 /// Names read by walks and not yet used, at most (a bound; each is used
 /// by the sample whose walk read it).

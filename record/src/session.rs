@@ -20,6 +20,7 @@ use crate::loss::Phase;
 use crate::open::{defer_probe, event_config, open_output, open_with_fallbacks, Watched};
 use crate::readers::{drain_socket, Readers};
 use crate::rings::{self, read_trimmed, Event};
+use crate::select::{ProcessRule, Selection};
 use crate::signals::Signals;
 use crate::spool::Spool;
 use crate::state::{Finished, State, StateConfig};
@@ -308,9 +309,7 @@ impl Session {
                 .filter(|m| m.value > 0)
                 .map(|m| usize::from(m.value)),
             defer,
-            exclude_pid: matches!(opts.target, Target::System | Target::Cgroup(_))
-                .then(sys::getpid),
-            selection: opts.selection.clone(),
+            selection: selection(opts),
             copy_is_largest: stack_size >= MAX_STACK_SIZE,
             warnings,
             python,
@@ -611,6 +610,16 @@ type Walker = ((crate::python::Python, flamerec_bpf::RingBuffer), bool);
 /// The Python walker, made before the events are opened, and whether it
 /// is to be attached to them as they are: why Python frames cannot be read
 /// where it cannot be made.
+/// The processes a recording keeps: as the options say, and never
+/// flamerec's own when it records more than its command.
+fn selection(opts: &RecordOptions) -> Selection {
+    let mut s = opts.selection.clone();
+    if matches!(opts.target, Target::System | Target::Cgroup(_)) {
+        s.exclude.push(ProcessRule::Pid(sys::getpid()));
+    }
+    s
+}
+
 fn python_walker(
     opts: &RecordOptions,
     launch: Option<&Launch>,

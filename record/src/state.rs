@@ -70,9 +70,7 @@ pub(crate) struct StateConfig<W: io::Write> {
     pub fp_cap: Option<usize>,
     /// Deferred user callchains are in use.
     pub defer: bool,
-    /// System-wide mode: flamerec's own pid, whose samples are dropped.
-    pub exclude_pid: Option<u32>,
-    /// Which processes' samples are kept.
+    /// Which processes' samples are kept (system-wide, never flamerec's own).
     pub selection: Selection,
     /// Warnings from the set-up, to come first.
     pub warnings: Vec<String>,
@@ -140,7 +138,6 @@ pub(crate) struct State<W: io::Write> {
     user_addrs: Vec<u64>,
     /// Dwarf mode: the live stacks that complete samples deeper than their copy.
     live: LiveStacks,
-    exclude_pid: Option<u32>,
     fp_cap: Option<usize>,
     /// `-g fp,defer`: samples waiting for their user part, and the reverse.
     deferred: Option<Deferred>,
@@ -182,7 +179,6 @@ impl<W: io::Write> State<W> {
             frames: Vec::new(),
             user_addrs: Vec::new(),
             live: LiveStacks::default(),
-            exclude_pid: c.exclude_pid,
             fp_cap: c.fp_cap,
             deferred: c.defer.then(Deferred::default),
             python,
@@ -507,9 +503,6 @@ impl<W: io::Write> State<W> {
     }
 
     fn sample(&mut self, s: &SampleRecord<'_>) {
-        if self.exclude_pid == Some(s.pid) {
-            return;
-        }
         let (kept, id) = self.identities.admit(s.pid, self.rel(s.time));
         if !kept {
             // Its Python walk, if one ran, goes with it.
@@ -881,7 +874,6 @@ mod tests {
             },
             fp_cap: None,
             defer: true,
-            exclude_pid: None,
             selection: Selection::default(),
             warnings: Vec::new(),
             python: None,

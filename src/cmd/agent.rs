@@ -9,9 +9,9 @@ use flamerec_agent::deliver::Retry;
 use flamerec_agent::http::Endpoint;
 use flamerec_agent::rotated::Bounds;
 use flamerec_agent::{AgentOptions, DirFormat, DirSink, OtlpProtocol, SinkOptions};
-use flamerec_record::{ProcessRule, RecordOptions, Selection, Target};
+use flamerec_record::{RecordOptions, Target};
 
-use super::record::{Event, Mode, Python};
+use super::record::{Event, Mode, Picked, Python};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum FileFormat {
@@ -82,15 +82,8 @@ pub struct Args {
     /// Tries per window before it is dropped.
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     tries: u32,
-    /// Keep only processes this matches (repeatable; any one matching
-    /// keeps): pid:N, exe:NAME (the executable's file name), cgroup:PATH
-    /// (that cgroup and below), container:ID (a prefix of 4+ hex digits).
-    #[arg(long, value_name = "RULE")]
-    include: Vec<ProcessRule>,
-    /// Leave out processes this matches (repeatable), before their stacks
-    /// are unwound: the same rules as --include.
-    #[arg(long, value_name = "RULE")]
-    exclude: Vec<ProcessRule>,
+    #[command(flatten)]
+    picked: Picked,
     /// The service name of every process (default: its container, else its executable's name).
     #[arg(long, value_name = "NAME")]
     service: Option<String>,
@@ -129,13 +122,12 @@ fn otlp_endpoint(
     flag: &str,
     protocol: OtlpProtocol,
 ) -> anyhow::Result<(Endpoint, Vec<(String, String)>)> {
-    let var = env_var;
     let grpc = protocol == OtlpProtocol::Grpc;
     let url = if !flag.is_empty() {
         flag.to_string()
-    } else if let Some(u) = var("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") {
+    } else if let Some(u) = env_var("OTEL_EXPORTER_OTLP_PROFILES_ENDPOINT") {
         u
-    } else if let Some(base) = var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+    } else if let Some(base) = env_var("OTEL_EXPORTER_OTLP_ENDPOINT") {
         if grpc {
             // gRPC takes the endpoint as it is: the method names the signal.
             base
@@ -153,8 +145,8 @@ fn otlp_endpoint(
         "http://localhost:4318".to_string()
     };
     let endpoint = Endpoint::parse(&url).map_err(|e| anyhow::anyhow!("--otlp: {e}"))?;
-    let headers = var("OTEL_EXPORTER_OTLP_PROFILES_HEADERS")
-        .or_else(|| var("OTEL_EXPORTER_OTLP_HEADERS"))
+    let headers = env_var("OTEL_EXPORTER_OTLP_PROFILES_HEADERS")
+        .or_else(|| env_var("OTEL_EXPORTER_OTLP_HEADERS"))
         .map(|h| parse_headers(&h))
         .transpose()?
         .unwrap_or_default();
@@ -233,10 +225,7 @@ fn options(a: &Args) -> anyhow::Result<AgentOptions> {
             // A window is cut once the stream passes its end: chunks come
             // four times a second, not once.
             chunk_every: Duration::from_millis(250),
-            selection: Selection {
-                include: a.include.clone(),
-                exclude: a.exclude.clone(),
-            },
+            selection: a.picked.selection(),
             ..RecordOptions::default()
         },
         window: Duration::from_secs(a.window),

@@ -74,6 +74,29 @@ impl From<Event> for EventKind {
 }
 
 /// Arguments of `flamerec record`.
+/// Which processes are kept (`record` and `agent`).
+#[derive(Debug, clap::Args)]
+pub struct Picked {
+    /// Keep only processes this matches (repeatable; any one matching
+    /// keeps): pid:N, exe:NAME (the executable's file name), cgroup:PATH
+    /// (that cgroup and below), container:ID (a prefix of 4+ hex digits).
+    #[arg(long, value_name = "RULE")]
+    include: Vec<flamerec_record::ProcessRule>,
+    /// Leave out processes this matches (repeatable), before their stacks
+    /// are unwound: the same rules as --include.
+    #[arg(long, value_name = "RULE")]
+    exclude: Vec<flamerec_record::ProcessRule>,
+}
+
+impl Picked {
+    pub fn selection(&self) -> flamerec_record::Selection {
+        flamerec_record::Selection {
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Recording file.
@@ -104,15 +127,8 @@ pub struct Args {
     /// containerd, CRI-O): its cgroup, as --cgroup.
     #[arg(long, value_name = "ID", conflicts_with_all = ["pid", "all_cpus", "command"])]
     container: Option<String>,
-    /// Keep only processes this matches (repeatable; any one matching
-    /// keeps): pid:N, exe:NAME (the executable's file name), cgroup:PATH
-    /// (that cgroup and below), container:ID (a prefix of 4+ hex digits).
-    #[arg(long, value_name = "RULE")]
-    include: Vec<flamerec_record::ProcessRule>,
-    /// Leave out processes this matches (repeatable), before their stacks
-    /// are unwound: the same rules as --include.
-    #[arg(long, value_name = "RULE")]
-    exclude: Vec<flamerec_record::ProcessRule>,
+    #[command(flatten)]
+    picked: Picked,
     /// Stop after this many seconds.
     #[arg(short, long, value_name = "SECS")]
     duration: Option<f64>,
@@ -206,10 +222,7 @@ fn options(a: &Args) -> anyhow::Result<RecordOptions> {
         python: a.python.into(),
         python_lines: a.python_lines,
         python_interpreter: a.python_interpreter,
-        selection: flamerec_record::Selection {
-            include: a.include.clone(),
-            exclude: a.exclude.clone(),
-        },
+        selection: a.picked.selection(),
         ..RecordOptions::default()
     })
 }

@@ -175,10 +175,7 @@ impl Entry {
         Entry {
             address: c.address,
             size_table: size | table,
-            name: u32::try_from(c.name)
-                .ok()
-                .filter(|&n| n != Entry::NO_NAME)
-                .unwrap_or(Entry::NO_NAME),
+            name: u32::try_from(c.name).unwrap_or(Entry::NO_NAME),
         }
     }
 
