@@ -14,7 +14,7 @@
 //! when a third task takes a CPU's share), where the 50% share's standard
 //! deviation is 1.1–1.4 points: 3 points is more than twice that.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -807,4 +807,101 @@ fn agent_pushes_valid_series_per_service_to_pyroscope() {
         .filter(|(l, _)| l.get("service_name") != Some(&service))
         .any(|s| pids_of(&s).contains(&me));
     assert!(!elsewhere, "the program's samples under another service");
+}
+
+/// A Python program whose one function sleeps for `secs` seconds, 50 ms at a time.
+const PY_WAIT: &str = "import time\ndef agent_wait(secs):\n    t = time.time()\n    while time.time() - t < secs:\n        time.sleep(0.05)\nagent_wait(float(__import__('sys').argv[1]))\n";
+
+/// Off-CPU windows to Pyroscope: the time a program blocked, in its own
+/// series (`off_cpu`, nanoseconds), named down to its Python function.
+#[test]
+fn agent_pushes_off_cpu_time_to_pyroscope() {
+    let Some(_w) = workload() else { return };
+    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+        return;
+    };
+    let dir = tmp();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let pushes = std::sync::Arc::new(std::sync::Mutex::new(Pushes::default()));
+    let served = std::sync::Arc::clone(&pushes);
+    std::thread::spawn(move || serve_pushes(l, served));
+    let spool = dir.path().join("spool");
+    let agent = Agent::start(
+        dir.path(),
+        "pyroscope-off",
+        &[
+            "-e",
+            "off-cpu",
+            "--pyroscope",
+            &url,
+            "--spool",
+            spool.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let mut wait = Command::new(&py)
+        .args(["-c", PY_WAIT, "8"])
+        .spawn()
+        .expect("python");
+    wait_child(&mut wait, "the Python program");
+    let (said, _) = agent.stop();
+    let got = pushes.lock().unwrap();
+    assert!(got.broken.is_empty(), "{:?}", got.broken);
+    let service = py.file_name().unwrap().to_string_lossy().into_owned();
+    let ours: Vec<_> = got
+        .series
+        .iter()
+        .filter(|(l, _)| l.get("service_name") == Some(&service))
+        .collect();
+    assert!(
+        ours.len() >= 2,
+        "{} series of {service} in {} ({said})",
+        ours.len(),
+        got.series.len()
+    );
+    let mut blocked = 0;
+    for (labels, p) in &ours {
+        assert_eq!(labels["__name__"], "off_cpu");
+        let types: Vec<_> = p
+            .sample_type
+            .iter()
+            .map(|t| {
+                (
+                    p.string_table[t.r#type as usize].as_str(),
+                    p.string_table[t.unit as usize].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(types, [("off_cpu", "nanoseconds")]);
+        let waiting: HashSet<u64> = p
+            .function
+            .iter()
+            .filter(|f| p.string_table[f.name as usize].starts_with("agent_wait"))
+            .map(|f| f.id)
+            .collect();
+        let in_wait = |s: &flamerec_fold::export::proto::Sample| {
+            s.location_id.iter().any(|l| {
+                p.location[*l as usize - 1]
+                    .line
+                    .iter()
+                    .any(|line| waiting.contains(&line.function_id))
+            })
+        };
+        blocked += p
+            .sample
+            .iter()
+            .filter(|s| in_wait(s))
+            .map(|s| s.value[0])
+            .sum::<i64>();
+    }
+    // The program sleeps 8 s in agent_wait, 50 ms at a time: ≈ 8e9 ns
+    // blocked there, less its last sleep if its window is not yet cut
+    // (SIGTERM sends it) and the sleeps' wake-ups; 4e9 is half, room for
+    // a loaded machine's late wake-ups shortening no sleep but a window
+    // boundary falling anywhere. Over 9e9 would count time it did not block.
+    assert!(
+        (4_000_000_000..9_000_000_000).contains(&blocked),
+        "{service} blocked {blocked} ns in agent_wait ({said})"
+    );
 }

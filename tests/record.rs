@@ -112,6 +112,54 @@ fn off_cpu_weights_are_the_nanoseconds_blocked() {
 }
 
 #[test]
+fn off_cpu_system_wide_weighs_every_blocked_thread() {
+    // System-wide, the kernel reports switches as CPU-wide records; a
+    // recording that read only the per-task kind weighed 10 samples of 82
+    // threads. The machine to itself: other tests' sleeps would count.
+    let Some(_alone) = measuring() else {
+        return;
+    };
+    let mut sleeper = Command::new("sh")
+        .args(["-c", "while :; do sleep 0.05; done"])
+        .spawn()
+        .unwrap();
+    let dir = tmp();
+    let out = dir.path().join("a.frec");
+    let o = flamerec()
+        .args(["record", "-q", "-a", "-e", "off-cpu", "-d", "2", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let shell = format!("sh-{}", sleeper.id());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The loop's sleeps run one after another: their blocked time is the
+    // recording's 2 s less the loop's fork and exec between them and the
+    // sleep running when the recording started, whose switch-out came
+    // before it: 1.75 s alone, 1.45–1.71 s beside two busy loops on 2 cores
+    // (5 runs). Over 2.1 s cannot be (a dead sleep weighed until the end
+    // made 35 s); under 1.0 s would be 25 ms lost per sleep.
+    let sleeps = total(&fold(&out, &["--comm", "sleep"])) as f64;
+    assert!(
+        (1.0e9..2.1e9).contains(&sleeps),
+        "the loop's sleeps blocked {sleeps} ns of a 2 s recording"
+    );
+    // The shell waits for each sleep: blocked nearly all the time as well
+    // (1.83 s alone, 1.59–1.88 s beside the busy loops).
+    let per_process = fold(&out, &["--per-process"]);
+    let waited: u64 = per_process
+        .iter()
+        .filter(|(s, _)| s[0] == shell)
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        (1.0e9..2.1e9).contains(&(waited as f64)),
+        "{shell} waited {waited} ns of a 2 s recording"
+    );
+}
+
+#[test]
 fn keep_profiler_frames_shows_what_trimming_removes() {
     // Measures shares, losses or cut stacks: no other workload beside it.
     let _alone = alone();
@@ -230,7 +278,9 @@ fn system_wide_holds_the_workload_and_never_flamerec() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let me = format!("flamerec-{}", rec.id());
+    // By pid: flamerec started before its recording, so its own process is
+    // `[unknown]-PID` (no COMM record seen) and its threads by their names.
+    let me = format!("-{}", rec.id());
     let o = rec.wait_with_output().unwrap();
     let mix = format!("cpu-mix-{}", child.id());
     let _ = child.kill();
@@ -249,8 +299,8 @@ fn system_wide_holds_the_workload_and_never_flamerec() {
     );
     // Other tests' flamerec processes may run meanwhile; this one never shows.
     assert!(
-        stacks.iter().all(|(s, _)| s[0] != me),
-        "{me} recorded itself"
+        stacks.iter().all(|(s, _)| !s[0].ends_with(&me)),
+        "flamerec{me} recorded itself"
     );
     assert_eq!(info_json(&out)["complete"], true);
 }

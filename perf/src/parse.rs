@@ -383,7 +383,10 @@ impl Layout {
                     ips,
                 }
             }
-            rt::SWITCH => {
+            // A CPU-wide event reports each switch as SWITCH_CPU_WIDE: its
+            // trailer names the task switched (out or in), as SWITCH's does;
+            // the task on the other side of the switch is not needed.
+            rt::SWITCH | rt::SWITCH_CPU_WIDE => {
                 let (pid, tid) = self.trailer_tid(body);
                 PerfRecord::Switch {
                     out: misc & MISC_SWITCH_OUT != 0,
@@ -564,6 +567,37 @@ mod tests {
                 assert_eq!(s.callchain().collect::<Vec<_>>(), vec![0x1234, 0x5678]);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cpu_wide_switch_names_the_task_in_its_trailer() {
+        // `-a` reports switches as SWITCH_CPU_WIDE: the task on the other
+        // side first (here 70/71), then the trailer with the task switched.
+        let layout = Layout {
+            sample_type: sample::TID | sample::TIME,
+            regs_user: 0,
+        };
+        let mut body = Vec::new();
+        for w in [70u32, 71, 10, 11] {
+            body.extend_from_slice(&w.to_ne_bytes());
+        }
+        body.extend_from_slice(&99u64.to_ne_bytes());
+        for (misc, out, preempted) in [
+            (0, false, false),
+            (MISC_SWITCH_OUT, true, false),
+            (MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT, true, true),
+        ] {
+            assert_eq!(
+                layout.decode(rt::SWITCH_CPU_WIDE, misc, &body),
+                Some(PerfRecord::Switch {
+                    out,
+                    preempted,
+                    pid: 10,
+                    tid: 11,
+                    time: 99
+                })
+            );
         }
     }
 

@@ -414,7 +414,7 @@ impl<W: io::Write> State<W> {
                 let t = self.rel(time);
                 if exit {
                     if let Some(b) = &mut self.off_cpu {
-                        b.exited(tid);
+                        b.exited(tid, t);
                     }
                     if let Some(d) = &mut self.deferred {
                         d.thread_exited(tid);
@@ -440,6 +440,9 @@ impl<W: io::Write> State<W> {
                     }
                     self.conv.writer_mut().exit(t, pid, tid);
                 } else {
+                    if let Some(b) = &mut self.off_cpu {
+                        b.born(tid);
+                    }
                     self.conv.fork(ppid, pid, t);
                     if pid == tid && pid != ppid {
                         // A new process: a forked CPython is one too.

@@ -83,6 +83,9 @@ pub mod record_type {
     pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
     /// A monitored task was switched in or out.
     pub const SWITCH: u32 = b::PERF_RECORD_SWITCH;
+    /// A switch on a CPU of a CPU-wide event (`-a`, a cgroup): the same as
+    /// `SWITCH` for the task in its trailer, plus the task on the other side.
+    pub const SWITCH_CPU_WIDE: u32 = b::PERF_RECORD_SWITCH_CPU_WIDE;
     /// The user part of the callchains of the samples that share its cookie.
     pub const CALLCHAIN_DEFERRED: u32 = b::PERF_RECORD_CALLCHAIN_DEFERRED;
 }
