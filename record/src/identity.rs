@@ -40,8 +40,10 @@ impl Identities {
         (kept, id.filter(|_| kept))
     }
 
-    /// `pid` called exec: the next image is identified again.
-    pub(crate) fn exec(&mut self, pid: u32) {
+    /// `pid` called exec, exited, or was forked anew (pids are used
+    /// again): its next image is identified again, and an ended process
+    /// holds no memory in a recording that runs for days.
+    pub(crate) fn forget(&mut self, pid: u32) {
         self.known.remove(&pid);
     }
 }
@@ -82,7 +84,7 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         assert_eq!(first.executable, exe.to_string_lossy());
         assert_eq!(ids.admit(me, 6), (true, None));
-        ids.exec(me);
+        ids.forget(me);
         assert!(ids.admit(me, 7).1.is_some());
         assert_eq!(ids.admit(u32::MAX, 8), (true, None));
     }

@@ -398,7 +398,7 @@ impl<W: io::Write> State<W> {
                         p.forget(pid);
                     }
                     self.jit.exec(pid);
-                    self.identities.exec(pid);
+                    self.identities.forget(pid);
                 }
                 self.seen(pid, tid);
                 self.conv.comm(t, pid, tid, name, exec);
@@ -431,6 +431,7 @@ impl<W: io::Write> State<W> {
                         self.write_settled(done);
                     }
                     if pid == tid {
+                        self.identities.forget(pid);
                         self.jit
                             .exited(pid, sys::monotonic_ns(), self.conv.unwinder_mut());
                         self.conv.exit(pid, t);
@@ -445,7 +446,9 @@ impl<W: io::Write> State<W> {
                     }
                     self.conv.fork(ppid, pid, t);
                     if pid == tid && pid != ppid {
-                        // A new process: a forked CPython is one too.
+                        // A new process, maybe on a pid used before.
+                        self.identities.forget(pid);
+                        // A forked CPython is one too.
                         if let Some(p) = &mut self.python {
                             p.forked(ppid, pid, &self.conv);
                         }
@@ -905,6 +908,28 @@ mod tests {
         };
         let ready = st.deferred.as_mut().unwrap().sample(cookie, raw);
         st.finish_raws(ready);
+    }
+
+    #[test]
+    fn a_pid_forked_anew_or_ended_is_identified_again() {
+        // Pids are used again (pid_max wraps in a days-long agent run): a
+        // new process on an old pid is not the old one, kept or left out.
+        let mut st = deferring_state();
+        let me = std::process::id();
+        let task = |exit, time| PerfRecord::Task {
+            exit,
+            pid: me,
+            ppid: 1,
+            tid: me,
+            ptid: 1,
+            time,
+        };
+        assert!(st.identities.admit(me, 1).1.is_some());
+        assert!(st.identities.admit(me, 2).1.is_none(), "once per image");
+        st.handle(task(false, 3));
+        assert!(st.identities.admit(me, 4).1.is_some(), "forked anew");
+        st.handle(task(true, 5));
+        assert!(st.identities.admit(me, 6).1.is_some(), "ended");
     }
 
     #[test]
