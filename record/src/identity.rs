@@ -4,7 +4,7 @@
 //! runtime moves its container's process into the container's cgroup
 //! before the exec, so the image that runs there is the one identified).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use flamerec_format::Identity;
 use flamerec_perf::procfs::view;
@@ -15,36 +15,59 @@ use crate::select::Selection;
 /// kept by the recording's [`Selection`].
 #[derive(Default)]
 pub(crate) struct Identities {
-    known: HashMap<u32, bool>,
+    /// pid → (kept, the time of its first sample).
+    known: HashMap<u32, (bool, u64)>,
+    /// Processes that ended, oldest first: (exit time, pid).
+    ended: VecDeque<(u64, u32)>,
     selection: Selection,
 }
+
+/// How long an ended process's decision is kept (record time): samples
+/// taken on its way out, after its exit record, stay kept or left out as
+/// it was. They follow the exit within microseconds.
+const ENDED_KEPT_NS: u64 = 1_000_000_000;
 
 impl Identities {
     /// Processes are kept as `selection` says.
     pub(crate) fn new(selection: Selection) -> Self {
         Identities {
-            known: HashMap::new(),
             selection,
+            ..Identities::default()
         }
     }
 
     /// Whether `pid`'s samples are kept, and its identity the first time it
     /// is asked for this process image (when kept and still there).
     pub(crate) fn admit(&mut self, pid: u32, time_ns: u64) -> (bool, Option<Identity>) {
-        if let Some(&kept) = self.known.get(&pid) {
+        if let Some(&(kept, _)) = self.known.get(&pid) {
             return (kept, None);
         }
         let id = read(pid, time_ns);
         let kept = self.selection.keeps(pid, id.as_ref());
-        self.known.insert(pid, kept);
+        self.known.insert(pid, (kept, time_ns));
         (kept, id.filter(|_| kept))
     }
 
-    /// `pid` called exec, exited, or was forked anew (pids are used
-    /// again): its next image is identified again, and an ended process
-    /// holds no memory in a recording that runs for days.
+    /// `pid` called exec, or was forked anew (pids are used again): its
+    /// next image is identified again.
     pub(crate) fn forget(&mut self, pid: u32) {
         self.known.remove(&pid);
+    }
+
+    /// `pid` ended at `time_ns`: forgotten a second later, so that ended
+    /// processes hold no memory in a recording that runs for days.
+    pub(crate) fn exited(&mut self, pid: u32, time_ns: u64) {
+        self.ended.push_back((time_ns, pid));
+        while let Some(&(t, old)) = self.ended.front() {
+            if t.saturating_add(ENDED_KEPT_NS) > time_ns {
+                break;
+            }
+            self.ended.pop_front();
+            // Not a process that took the pid since.
+            if self.known.get(&old).is_some_and(|&(_, since)| since <= t) {
+                self.known.remove(&old);
+            }
+        }
     }
 }
 
@@ -87,6 +110,25 @@ mod tests {
         ids.forget(me);
         assert!(ids.admit(me, 7).1.is_some());
         assert_eq!(ids.admit(u32::MAX, 8), (true, None));
+    }
+
+    #[test]
+    fn an_ended_process_is_forgotten_a_second_later() {
+        let me = std::process::id();
+        let mut ids = Identities::default();
+        assert!(ids.admit(me, 1).1.is_some());
+        ids.exited(me, 2);
+        // Its samples on the way out are judged as it was.
+        assert_eq!(ids.admit(me, 3), (true, None));
+        ids.exited(1, 2 + ENDED_KEPT_NS);
+        assert!(!ids.known.contains_key(&me) && ids.ended.len() == 1);
+        // A process that took the pid after the exit is not forgotten.
+        let t = 3 + ENDED_KEPT_NS;
+        ids.exited(me, t);
+        ids.forget(me);
+        assert!(ids.admit(me, t + 1).1.is_some());
+        ids.exited(2, t + ENDED_KEPT_NS);
+        assert!(ids.known.contains_key(&me));
     }
 
     #[test]

@@ -431,7 +431,7 @@ impl<W: io::Write> State<W> {
                         self.write_settled(done);
                     }
                     if pid == tid {
-                        self.identities.forget(pid);
+                        self.identities.exited(pid, t);
                         self.jit
                             .exited(pid, sys::monotonic_ns(), self.conv.unwinder_mut());
                         self.conv.exit(pid, t);
@@ -929,7 +929,16 @@ mod tests {
         st.handle(task(false, 3));
         assert!(st.identities.admit(me, 4).1.is_some(), "forked anew");
         st.handle(task(true, 5));
-        assert!(st.identities.admit(me, 6).1.is_some(), "ended");
+        assert!(st.identities.admit(me, 6).1.is_none(), "on its way out");
+        st.handle(PerfRecord::Task {
+            exit: true,
+            pid: 1,
+            ppid: 0,
+            tid: 1,
+            ptid: 0,
+            time: 5 + 1_000_000_000,
+        });
+        assert!(st.identities.admit(me, 7).1.is_some(), "ended");
     }
 
     #[test]
