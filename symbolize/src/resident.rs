@@ -284,8 +284,12 @@ struct Saver {
     error: Option<String>,
 }
 
-/// Least time between two writes of one binary's cache file.
-const SAVE_EVERY: Duration = Duration::from_secs(2);
+/// Least time between two writes of one binary's cache file. Each write
+/// is the binary's whole table: every 2 s it was a tenth of an always-on
+/// recorder's naming (a table growing over hours, written again and
+/// again); a recorder killed loses at most this much of its lookups, which
+/// its folds then do again.
+const SAVE_EVERY: Duration = Duration::from_secs(10);
 
 impl Saver {
     fn grew(&mut self, names: &ModuleNames<'_>) {
