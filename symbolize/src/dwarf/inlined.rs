@@ -26,6 +26,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use gimli::{
@@ -37,7 +38,7 @@ use rayon::prelude::*;
 use symbolic_common::Language;
 
 use super::index::{Arange, DieIndex, FunctionRange};
-use crate::elf::sections::{Bytes, Reader, Sections};
+use crate::elf::sections::{Bytes, Reader, Section, Sections};
 use crate::types::RawName;
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
@@ -68,6 +69,59 @@ pub(crate) struct DwarfFile<'d> {
     endian: RunTimeEndian,
     /// `.debug_info` as far as it was inflated ahead (see `prefetch`).
     prefetched: Mutex<Option<Reader<'d>>>,
+    /// Compressed sections inflated by earlier lookups, kept for the next
+    /// (see [`Kept`]).
+    kept: Kept<'d>,
+}
+
+/// Most bytes of inflated DWARF kept between lookups, by every file of the
+/// process together.
+const KEPT_BUDGET: usize = 48 << 20;
+/// Inflated bytes kept now (see [`KEPT_BUDGET`]).
+static KEPT_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// What a file whose DWARF is looked up again and again (a binary the
+/// recorder's namer keeps open) keeps of its compressed sections: inflating
+/// `.debug_info` up to a unit and the small sections again for each batch of
+/// new addresses was most of the naming of an always-on recorder (Debian's
+/// libc debug file: 5.8 MB of `.debug_info`, 1 MB of abbreviations). Plain
+/// sections are not kept: they are mapped again at no cost. Within
+/// [`KEPT_BUDGET`] (each file reserves a section's whole inflated size
+/// before keeping it); past it, sections are inflated per lookup as before.
+#[derive(Default)]
+struct Kept<'d> {
+    /// `.debug_info`'s reader, as far as it was inflated.
+    info: Mutex<Option<Reader<'d>>>,
+    /// The compressed small sections, inflated whole.
+    small: OnceLock<Vec<(SectionId, Bytes<'d>)>>,
+    /// `.debug_aranges` parsed.
+    aranges: OnceLock<Vec<Arange>>,
+    /// Bytes reserved from [`KEPT_BYTES`].
+    reserved: AtomicUsize,
+}
+
+impl Kept<'_> {
+    /// Reserves `n` bytes of the budget: whether they fit.
+    fn reserve(&self, n: u64) -> bool {
+        let Ok(n) = usize::try_from(n) else {
+            return false;
+        };
+        let fits = KEPT_BYTES
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |kept| {
+                kept.checked_add(n).filter(|&t| t <= KEPT_BUDGET)
+            })
+            .is_ok();
+        if fits {
+            self.reserved.fetch_add(n, Ordering::Relaxed);
+        }
+        fits
+    }
+}
+
+impl Drop for Kept<'_> {
+    fn drop(&mut self) {
+        KEPT_BYTES.fetch_sub(*self.reserved.get_mut(), Ordering::Relaxed);
+    }
 }
 
 impl<'d> DwarfFile<'d> {
@@ -91,6 +145,7 @@ impl<'d> DwarfFile<'d> {
             sections,
             endian,
             prefetched: Mutex::new(prefetched),
+            kept: Kept::default(),
         })
     }
 
@@ -106,11 +161,12 @@ impl<'d> DwarfFile<'d> {
         if dies.info_len != info.size() {
             *dies = DieIndex::new(info.size());
         }
-        let aranges = self.sections.debug("aranges").map(|s| s.full());
-        let from_aranges = aranges
-            .as_deref()
-            .map(|a| arange_table(a, self.endian))
-            .unwrap_or_default();
+        let from_aranges = self.kept.aranges.get_or_init(|| {
+            self.sections
+                .debug("aranges")
+                .map(|s| arange_table(&s.full(), self.endian))
+                .unwrap_or_default()
+        });
         let table = match (&from_aranges[..], &dies.units) {
             ([], Some(units)) => &units[..],
             (t, _) => t,
@@ -121,31 +177,45 @@ impl<'d> DwarfFile<'d> {
         // are known before .debug_info is read, and only the part of it up
         // to the last one is inflated.
         let by_aranges = (!table.is_empty()).then(|| units_of(table));
-        let prefetched = self.prefetched.lock().ok().and_then(|mut p| p.take());
-        let read_info = || -> Bytes<'d> {
-            let mut reader = prefetched.unwrap_or_else(|| info.reader());
-            match &by_aranges {
-                Some(groups) => match groups.iter().map(|(u, _)| *u).max() {
-                    Some(last) => prefix_through(reader, last, self.endian),
-                    None => Bytes::Borrowed(&[]),
-                },
+        let mut prefetched = self.prefetched.lock().ok().and_then(|mut p| p.take());
+        // A compressed `.debug_info` is kept inflated for the next lookup
+        // (when the budget allows); a plain one is mapped for this one.
+        let mut kept_info = self
+            .kept
+            .info
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept_info.is_none() && info.is_compressed() && self.kept.reserve(info.size()) {
+            *kept_info = Some(prefetched.take().unwrap_or_else(|| info.reader()));
+        }
+        let kept_reader: Option<&mut Reader<'d>> = kept_info.as_mut();
+        let last = by_aranges
+            .as_ref()
+            .map(|groups| groups.iter().map(|(u, _)| *u).max());
+        let read_info = move || -> Option<Bytes<'d>> {
+            match kept_reader {
+                Some(reader) => {
+                    read_through(reader, last, self.endian);
+                    None
+                }
                 None => {
-                    reader.read_to(u64::MAX);
-                    reader.into_bytes()
+                    let mut reader = prefetched.unwrap_or_else(|| info.reader());
+                    read_through(&mut reader, last, self.endian);
+                    Some(reader.into_bytes())
                 }
             }
         };
-        let read_small = || -> Vec<(SectionId, Bytes<'d>)> {
-            SMALL
-                .par_iter()
-                .filter_map(|&(id, name)| Some((id, self.sections.debug(name)?.full())))
-                .collect()
+        let read_small = || self.small_sections();
+        let (fresh_info, small) = rayon::join(read_info, read_small);
+        let info_bytes: &[u8] = match (&fresh_info, kept_info.as_ref()) {
+            (Some(b), _) => b,
+            (None, Some(r)) => r.bytes(),
+            (None, None) => &[],
         };
-        let (info_bytes, small) = rayon::join(read_info, read_small);
 
         let dwarf = gimli::Dwarf::load(|id| -> Result<R<'_>, gimli::Error> {
             let bytes: &[u8] = if id == SectionId::DebugInfo {
-                &info_bytes
+                info_bytes
             } else {
                 small
                     .iter()
@@ -193,6 +263,44 @@ impl<'d> DwarfFile<'d> {
             }
         }
         out
+    }
+
+    /// The small sections, whole: the compressed ones as kept inflated
+    /// (inflated the first time, within the budget), the others mapped.
+    fn small_sections(&self) -> Vec<(SectionId, Bytes<'_>)> {
+        let present: Vec<(SectionId, Section<'d>)> = SMALL
+            .iter()
+            .filter_map(|&(id, name)| Some((id, self.sections.debug(name)?)))
+            .collect();
+        let compressed: u64 = present
+            .iter()
+            .filter(|(_, s)| s.is_compressed())
+            .map(|(_, s)| s.size())
+            .sum();
+        let kept = (compressed > 0)
+            .then(|| {
+                self.kept.small.get_or_init(|| {
+                    if !self.kept.reserve(compressed) {
+                        return Vec::new();
+                    }
+                    present
+                        .par_iter()
+                        .filter(|(_, s)| s.is_compressed())
+                        .map(|(id, s)| (*id, s.full()))
+                        .collect()
+                })
+            })
+            .filter(|k| !k.is_empty());
+        present
+            .par_iter()
+            .map(|(id, s)| {
+                let held = kept.and_then(|k| k.iter().find(|(i, _)| i == id));
+                match held {
+                    Some((_, b)) => (*id, Bytes::Borrowed(&b[..])),
+                    None => (*id, s.full()),
+                }
+            })
+            .collect()
     }
 }
 
@@ -292,8 +400,14 @@ fn group(table: &[Arange], addrs: &[u64]) -> Vec<(u64, Vec<usize>)> {
     by_unit.into_iter().collect()
 }
 
-/// `.debug_info` inflated through the end of the CU at `last`.
-fn prefix_through(mut reader: Reader<'_>, last: u64, endian: RunTimeEndian) -> Bytes<'_> {
+/// `.debug_info` read through the end of the CU at `last` (`Some(None)`:
+/// none is needed; `None`: every CU is, the whole section).
+fn read_through(reader: &mut Reader<'_>, last: Option<Option<u64>>, endian: RunTimeEndian) {
+    let last = match last {
+        None => return reader.read_to(u64::MAX),
+        Some(None) => return,
+        Some(Some(last)) => last,
+    };
     // The unit's length: 4 bytes, or 0xffffffff and 8 bytes (64-bit DWARF).
     reader.read_to(last.saturating_add(12));
     let head = usize::try_from(last)
@@ -304,7 +418,6 @@ fn prefix_through(mut reader: Reader<'_>, last: u64, endian: RunTimeEndian) -> B
         let header = u64::from(format.initial_length_size());
         reader.read_to(last.saturating_add(header).saturating_add(len as u64));
     }
-    reader.into_bytes()
 }
 
 /// A CU ready to read entries from, built the way gimli's `Dwarf::unit`
@@ -926,12 +1039,19 @@ mod tests {
     /// `dir/p`: a C program, `cc -O2 -g` (`.debug_aranges`), of `body`
     /// after an always-inlined `sq`.
     fn compile_c(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+        compile_c_with(dir, body, &[])
+    }
+
+    /// [`compile_c`] with more compiler flags.
+    fn compile_c_with(dir: &std::path::Path, body: &str, flags: &[&str]) -> std::path::PathBuf {
         let src = dir.join("p.c");
         let head = "static inline __attribute__((always_inline)) int sq(int x) { return x * x; }\n";
         std::fs::write(&src, format!("{head}{body}")).expect("write");
         let bin = dir.join("p");
         let built = std::process::Command::new("cc")
-            .args(["-O2", "-g", "-o"])
+            .args(["-O2", "-g"])
+            .args(flags)
+            .arg("-o")
             .arg(&bin)
             .arg(&src)
             .status()
@@ -1040,6 +1160,73 @@ mod tests {
             assert!(dies.functions.len() >= walked, "{}", path.display());
             assert_eq!(dies.changed, dies.functions.len() > walked);
         }
+    }
+
+    /// Compressed DWARF (`cc -gz`, as Debian's debug files and Go's
+    /// binaries have it) stays inflated in a file looked up again and again,
+    /// and names as a fresh file's lookup does.
+    #[test]
+    fn compressed_dwarf_is_kept_inflated_between_lookups() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Two units, `q.c` linked first: a lookup of its addresses inflates
+        // `.debug_info` only through its unit; the next must read on.
+        let q = dir.path().join("q.c");
+        std::fs::write(
+            &q,
+            "static inline __attribute__((always_inline)) int cube(int x) { return x * x * x; }\n\
+             int __attribute__((noinline)) cubes(int n) { int s = 0; for (int i = 0; i < n; i++) s += cube(i) ^ n; return s; }\n",
+        )
+        .expect("write q.c");
+        let bin = compile_c_with(
+            dir.path(),
+            "int cubes(int n);\n\
+             static int __attribute__((noinline)) sum(int n) { int s = 0; for (int i = 0; i < n; i++) s += sq(i) ^ n; return s; }\n\
+             int main(int argc, char **argv) { (void)argv; return (sum(argc * 1000) + cubes(argc)) & 1; }\n",
+            &["-gz=zlib", q.to_str().expect("utf-8 path")],
+        );
+        let data = std::fs::read(&bin).expect("read");
+        let addrs = code_addresses(&data, 2000);
+        let open = || {
+            let file = Arc::new(File::open(&bin).expect("open"));
+            DwarfFile::new(&data, Some(file), None).expect("DWARF")
+        };
+        let kept = open();
+        let info = kept.sections.debug("info").expect(".debug_info");
+        assert!(info.is_compressed(), "cc -gz=zlib wrote plain DWARF");
+        let whole = open().frames(&addrs, &mut DieIndex::default());
+        let first = whole
+            .iter()
+            .zip(&addrs)
+            .find(|(c, _)| {
+                c.as_ref()
+                    .is_some_and(|c| c.iter().any(|n| n.name == "cubes"))
+            })
+            .map(|(_, &a)| a)
+            .expect("an address in cubes");
+        let mut dies = DieIndex::default();
+        kept.frames(&[first], &mut dies);
+        let inflated = |f: &DwarfFile<'_>| {
+            f.kept
+                .info
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|r| r.bytes().len() as u64)
+        };
+        let through_q = inflated(&kept).expect("not kept");
+        assert!(
+            through_q > 0 && through_q < info.size(),
+            "{through_q} bytes"
+        );
+        assert!(kept.kept.small.get().is_some_and(|k| !k.is_empty()));
+        assert!(kept.kept.reserved.load(Ordering::Relaxed) as u64 >= info.size());
+        let again = kept.frames(&addrs, &mut dies);
+        assert_eq!(again, whole);
+        assert!(inflated(&kept).is_some_and(|n| n > through_q));
+        assert!(
+            whole.iter().flatten().any(|c| c.len() > 1),
+            "no inlined frames"
+        );
     }
 
     #[test]
