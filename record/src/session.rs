@@ -311,6 +311,7 @@ impl Session {
             defer,
             selection: selection(opts),
             copy_is_largest: stack_size >= MAX_STACK_SIZE,
+            frequency_hz: if off_cpu { 0 } else { opts.frequency },
             warnings,
             python,
             python_unread,

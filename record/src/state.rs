@@ -83,6 +83,8 @@ pub(crate) struct StateConfig<W: io::Write> {
     /// Dwarf mode's stack copy is as large as the kernel copies (no larger
     /// `--stack-size` to advise).
     pub copy_is_largest: bool,
+    /// Samples per second per CPU (0: taken on events).
+    pub frequency_hz: u64,
 }
 
 /// Counts for the trailer and the summary.
@@ -178,7 +180,7 @@ impl<W: io::Write> State<W> {
             warnings: c.warnings,
             frames: Vec::new(),
             user_addrs: Vec::new(),
-            live: LiveStacks::default(),
+            live: LiveStacks::new(c.frequency_hz),
             fp_cap: c.fp_cap,
             deferred: c.defer.then(Deferred::default),
             python,
@@ -886,6 +888,7 @@ mod tests {
             python_unread: None,
             python_interpreter: false,
             copy_is_largest: true,
+            frequency_hz: 999,
         });
         st.set_kallsyms(Kallsyms::default());
         st

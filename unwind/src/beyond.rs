@@ -13,7 +13,9 @@
 //! from such a state ([`Beyond::remember`]) and hand them back for a later
 //! sample of the same thread ([`Beyond::recall`]) for as long as it knows
 //! that memory to be unchanged, so a long-lived deep stack is unwound once,
-//! not per sample.
+//! not per sample. States are remembered every few frames along the walk,
+//! not only where it left the copy: a later sample whose innermost frames
+//! differ (at a few Hz, most do) still meets the same outer ones soon.
 
 use std::sync::Arc;
 
@@ -32,10 +34,20 @@ pub struct FrameState {
 /// the thread's entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OuterFrames {
-    /// Return addresses (not adjusted), the state's ip first, outermost last.
+    /// Return addresses (not adjusted) from `from` on: the state's ip first,
+    /// outermost last. One walk's states share one list.
     pub frames: Arc<[u64]>,
+    /// Where this state's frames start in `frames`.
+    pub from: usize,
     /// They end at the thread's entry.
     pub complete: bool,
+}
+
+impl OuterFrames {
+    /// The frames from the state outwards.
+    pub fn outer(&self) -> &[u64] {
+        self.frames.get(self.from..).unwrap_or_default()
+    }
 }
 
 /// Where words above the copied stack slice come from.

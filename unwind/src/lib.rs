@@ -586,7 +586,8 @@ mod tests {
         assert_eq!(o, Outcome::Complete);
         assert_eq!(out, expected());
         assert!(rest.reads > 0);
-        assert_eq!(rest.memo.len(), 1);
+        // The state where it left the copy, and every 8th frame further out.
+        assert!(rest.memo.len() > 1, "{} states remembered", rest.memo.len());
         // Same thread, same deep frames: recalled, not read again (only the
         // frame the copy ends in reads past it before the memo applies).
         let reads = rest.reads;
@@ -595,6 +596,22 @@ mod tests {
         assert_eq!((o, &again), (Outcome::Complete, &out));
         assert!(rest.reads - reads <= 2, "{} more reads", rest.reads - reads);
         assert_eq!(u.stats().completed_beyond, 2);
+        // A sample whose inner frames differ meets the same outer frames:
+        // recalled where it reaches a state remembered further out.
+        let inner = UserRegs {
+            ip: 0x4100,
+            sp: LO + 0x100,
+            bp: LO + 0x140,
+            bx: None,
+        };
+        let reads = rest.reads;
+        let mut merged = Vec::new();
+        let o = u.unwind_beyond(1, inner, &mem[0x100..0x500], Some(&mut rest), &mut merged);
+        assert_eq!(o, Outcome::Complete);
+        assert_eq!(merged[0], 0x4100);
+        assert_eq!(merged[1..], expected()[2..]);
+        let more = rest.reads - reads;
+        assert!(more <= 2 * 8, "{more} reads past the copy: not recalled");
         // What cannot be read past the copy leaves the stack cut.
         let mut none = Rest {
             mem: Vec::new(),

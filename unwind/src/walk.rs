@@ -4,6 +4,8 @@
 //! remembered through the [`Beyond`]; a stack that stops in an ELF entry
 //! point counts as whole.
 
+use std::sync::Arc;
+
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder as _};
 
@@ -102,6 +104,8 @@ pub(crate) fn walk(
     let start = out.len();
     // The first caller frame entirely past the copy, and where its frames start in `out`.
     let mut memo: Option<(FrameState, usize)> = None;
+    // States further out, every CHECKPOINT_EVERY frames, remembered with it.
+    let mut checkpoints: Vec<(FrameState, usize)> = Vec::new();
     // Frames stepped so far: their lookup address and CFA (for `fallback`).
     let mut history: Vec<(u64, u64)> = Vec::new();
     let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
@@ -162,22 +166,37 @@ pub(crate) fn walk(
             sp: uregs.sp(),
             bp: uregs.bp(),
         };
-        if memo.is_none() && state.sp >= mem.copy.end() && mem.beyond.is_some() {
-            let accepted = mem.enter(frame_sp);
-            let known = match mem.beyond.as_deref_mut() {
-                Some(b) if accepted => b.recall(state),
-                _ => None,
-            };
-            if let Some(known) = known {
-                mem.used_beyond = true;
-                out.extend_from_slice(&known.frames);
-                break if known.complete {
-                    Outcome::Complete
-                } else {
-                    Outcome::Truncated(Cut::CopyEnded)
+        let past_copy = state.sp >= mem.copy.end() && mem.beyond.is_some();
+        let known = match memo {
+            None if past_copy => {
+                let accepted = mem.enter(frame_sp);
+                let known = match mem.beyond.as_deref_mut() {
+                    Some(b) if accepted => b.recall(state),
+                    _ => None,
                 };
+                if known.is_none() {
+                    memo = Some((state, out.len()));
+                }
+                known
             }
-            memo = Some((state, out.len()));
+            // Further out, once the memory past the copy was accepted: a
+            // state an earlier walk went through.
+            Some((_, at)) if mem.entered == Some(true) => {
+                if (out.len() - at).is_multiple_of(CHECKPOINT_EVERY) {
+                    checkpoints.push((state, out.len()));
+                }
+                mem.beyond.as_deref_mut().and_then(|b| b.recall(state))
+            }
+            _ => None,
+        };
+        if let Some(known) = known {
+            mem.used_beyond = true;
+            out.extend_from_slice(known.outer());
+            break if known.complete {
+                Outcome::Complete
+            } else {
+                Outcome::Truncated(Cut::CopyEnded)
+            };
         }
         out.push(ra);
         address = next;
@@ -199,13 +218,21 @@ pub(crate) fn walk(
             && mem.entered == Some(true)
             && !matches!(outcome, Outcome::Truncated(Cut::TooDeep))
         {
-            b.remember(
-                state,
-                OuterFrames {
-                    frames: out[at..].into(),
-                    complete: outcome == Outcome::Complete,
-                },
-            );
+            let frames: Arc<[u64]> = out[at..].into();
+            let complete = outcome == Outcome::Complete;
+            let states = std::iter::once((state, at)).chain(checkpoints);
+            // A stack that ended at an entry point was cut back: the states
+            // past its end are not in it.
+            for (state, from) in states.take_while(|&(_, from)| from < out.len()) {
+                b.remember(
+                    state,
+                    OuterFrames {
+                        frames: Arc::clone(&frames),
+                        from: from - at,
+                        complete,
+                    },
+                );
+            }
         }
     }
     Walked {
@@ -214,6 +241,9 @@ pub(crate) fn walk(
         missed_past_copy: mem.missed_past_copy,
     }
 }
+
+/// How many frames apart the states past the copy are remembered.
+const CHECKPOINT_EVERY: usize = 8;
 
 /// A module's DWARF, for `fallback`.
 impl Process {

@@ -62,8 +62,13 @@ const MAX_PENDING: usize = 4096;
 /// take its place under other callers.
 const MAX_EVIDENCE_AGE_NS: u64 = 100_000_000;
 /// A snapshot also reads this much below the lowest boundary its round's
-/// samples needed, so the next round's deeper samples find their frame in it.
+/// samples needed, so the next round's deeper samples find their frame in it
+/// — when a thread is sampled often enough for a next sample to come
+/// within a snapshot's life (see [`LiveStacks::new`]).
 const DEEPER_MARGIN: u64 = 256 << 10;
+/// Below this rate a thread is sampled about once in a snapshot's life
+/// ([`MAX_EVIDENCE_AGE_NS`]) or less: the margin would be read for nothing.
+const MARGIN_FROM_HZ: u64 = 100;
 
 /// Why stacks that needed the live thread stayed cut.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,6 +164,8 @@ pub(crate) struct LiveStacks {
     pub(crate) stats: LiveStats,
     /// Buffers of replaced snapshots, reused by the next reads.
     spare: Vec<Vec<u8>>,
+    /// Read below the lowest boundary needed ([`DEEPER_MARGIN`] or 0).
+    margin: u64,
 }
 
 /// What a sample's unwinding decided about memory past its copy.
@@ -175,6 +182,18 @@ enum Decision {
 }
 
 impl LiveStacks {
+    /// Live stacks for samples taken at `frequency_hz` (0: on events, such
+    /// as each switch-out). At 19 Hz (an always-on recorder) a thread's
+    /// next sample comes when its snapshot is about to expire, and each
+    /// deep sample's read was a third margin.
+    pub(crate) fn new(frequency_hz: u64) -> Self {
+        let sparse = frequency_hz > 0 && frequency_hz < MARGIN_FROM_HZ;
+        LiveStacks {
+            margin: if sparse { 0 } else { DEEPER_MARGIN },
+            ..LiveStacks::default()
+        }
+    }
+
     /// Unwinds `s`, past its copy where the thread's snapshot is shown to
     /// hold the sample's callers. `Err(boundary)` when the sample must wait
     /// for evidence: then [`LiveStacks::wait`] it with that boundary.
@@ -357,7 +376,7 @@ impl LiveStacks {
             let read = match self.maps.holding(pid, low, round) {
                 Some((start, top)) => {
                     let buf = self.spare.pop().unwrap_or_default();
-                    Snapshot::read(tid, low.saturating_sub(DEEPER_MARGIN).max(start), top, buf)
+                    Snapshot::read(tid, low.saturating_sub(self.margin).max(start), top, buf)
                 }
                 None => Err(std::io::Error::from_raw_os_error(libc::ESRCH)),
             };

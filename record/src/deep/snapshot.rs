@@ -68,16 +68,28 @@ impl Snapshot {
             return old.bytes;
         };
         // The highest differing byte, scanning down from the top.
-        let differs_below = a
-            .iter()
-            .zip(b)
-            .rposition(|(x, y)| x != y)
-            .map_or(start, |i| start + i as u64 + 1);
+        let differs_below = last_difference(a, b).map_or(start, |i| start + i as u64 + 1);
         let mut memo = old.memo;
         memo.retain(|state, _| state.sp >= differs_below);
         self.memo = memo;
         old.bytes
     }
+}
+
+/// The highest index where `a` and `b` differ (over their common length).
+/// Compared a page at a time (a `memcmp`), from the top: byte by byte, it
+/// was a tenth of an always-on recorder's CPU on 200 KiB stacks.
+fn last_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    const PAGE: usize = 4096;
+    let mut end = a.len().min(b.len());
+    while end > 0 {
+        let start = end.saturating_sub(PAGE);
+        if a[start..end] != b[start..end] {
+            return (start..end).rev().find(|&i| a[i] != b[i]);
+        }
+        end = start;
+    }
+    None
 }
 
 /// Reads `tid`'s memory from `start` to `end` into `out` (cleared first),
@@ -157,6 +169,7 @@ mod tests {
                     FrameState { ip: 1, sp, bp: 0 },
                     OuterFrames {
                         frames: vec![1].into(),
+                        from: 0,
                         complete: true,
                     },
                 )
@@ -180,6 +193,24 @@ mod tests {
         fresh.inherit(old);
         let sps: Vec<u64> = fresh.memo.keys().map(|s| s.sp).collect();
         assert_eq!(sps, vec![0x1f00]);
+    }
+
+    #[test]
+    fn the_last_difference_is_found_across_pages() {
+        let a = vec![3u8; 3 * 4096 + 100];
+        assert_eq!(last_difference(&a, &a), None);
+        for at in [0, 1, 4095, 4096, 8191, 3 * 4096 + 99] {
+            let mut b = a.clone();
+            b[at] = 4;
+            assert_eq!(last_difference(&a, &b), Some(at), "{at}");
+            // A lower difference too: the highest one counts.
+            if at > 0 {
+                b[0] = 9;
+                assert_eq!(last_difference(&a, &b), Some(at), "{at} with 0");
+            }
+        }
+        assert_eq!(last_difference(&a[..10], &a), None, "common length only");
+        assert_eq!(last_difference(&[], &a), None);
     }
 
     #[test]
