@@ -67,6 +67,8 @@ pub struct PerfMap {
     last_read: u64,
     /// The last read found no file at the path.
     missing: bool,
+    /// Since when the reads have found no file (in a row).
+    missing_since: Option<u64>,
     entries: Vec<MapEntry>,
     /// (start, end, name) → entry index: a line seen again (a map
     /// rewritten from its start) is the same code, not new code.
@@ -89,6 +91,7 @@ impl PerfMap {
             offset: 0,
             last_read: 0,
             missing: false,
+            missing_since: None,
             entries: Vec::new(),
             known: HashMap::new(),
             timed: Timeline::default(),
@@ -120,20 +123,32 @@ impl PerfMap {
     /// yet). A refusal or a read error is returned once; the map then stops
     /// following and keeps what it read.
     ///
-    /// While there is no file, the path is looked at again only
-    /// [`MISSING_RECHECK_NS`] after the last look: a process followed for
+    /// Once there has been no file for [`MISSING_RECHECK_NS`], the path is
+    /// looked at only that long after the last look: a process followed for
     /// its anonymous executable memory that never writes a map cost a
-    /// `stat` per drain round (5% of an always-on recorder's loop). Lines
-    /// found then are given the time of that last look, as always: before
-    /// the file existed, nothing it names was written.
+    /// `stat` per drain round (5% of an always-on recorder's loop), while a
+    /// runtime that writes one does so as it starts (`python -X perf`: its
+    /// first trampoline, within milliseconds), so its first second is
+    /// looked at as often as asked. Lines found are given the time of the
+    /// last look, as always: before the file existed, nothing it names was
+    /// written.
     pub fn poll(&mut self, now: u64) -> Result<usize, Error> {
-        if self.stopped || (self.missing && now < self.last_read.saturating_add(MISSING_RECHECK_NS))
-        {
+        let waits = self.missing_since.is_some_and(|first| {
+            now.saturating_sub(first) >= MISSING_RECHECK_NS
+                && now < self.last_read.saturating_add(MISSING_RECHECK_NS)
+        });
+        if self.stopped || waits {
             return Ok(0);
         }
         let since = self.last_read;
         self.last_read = now;
-        match self.read_new(since, false) {
+        let read = self.read_new(since, false);
+        self.missing_since = if self.missing {
+            self.missing_since.or(Some(now))
+        } else {
+            None
+        };
+        match read {
             Ok(n) => Ok(n),
             Err(e) => {
                 self.stopped = true;
@@ -431,9 +446,7 @@ mod tests {
         let mut m = PerfMap::new(&path, rules());
         assert_eq!(m.poll(100).expect("no map yet"), 0);
         std::fs::write(&path, b"1000 100 during\n").expect("write");
-        // No file at the last look: the path waits a while.
-        assert_eq!(m.poll(150).expect("not looked at yet"), 0);
-        assert_eq!(m.poll(100 + MISSING_RECHECK_NS).expect("poll"), 1);
+        assert_eq!(m.poll(200).expect("poll"), 1);
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
@@ -441,7 +454,7 @@ mod tests {
         // Written at exit, the last line without its newline.
         f.write_all(b"1000 100 at-exit\n3000 10 only-at-exit")
             .expect("write");
-        let end = 900 + MISSING_RECHECK_NS;
+        let end = 900;
         assert_eq!(m.finish(end).expect("finish"), 2);
         let name = |a, t| m.lookup(a, t).map(|e| e.name.clone());
         assert_eq!(name(0x3000, 10).as_deref(), Some("only-at-exit"));
@@ -455,6 +468,26 @@ mod tests {
         assert_eq!(at_end, ["at-exit"]);
         assert_eq!(m.entries().len(), 3);
         assert_eq!(m.entries_covering(0x1000).count(), 2);
+    }
+
+    #[test]
+    fn a_path_without_a_map_for_a_second_is_looked_at_once_a_second() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("perf-1.map");
+        let mut m = PerfMap::new(&path, rules());
+        let second = MISSING_RECHECK_NS;
+        // Its first second: looked at each time.
+        assert_eq!(m.poll(100).expect("no map yet"), 0);
+        assert_eq!(m.poll(200).expect("no map yet"), 0);
+        let last = 250 + second;
+        assert_eq!(m.poll(last).expect("no map a second on"), 0);
+        std::fs::write(&path, b"1000 100 late\n").expect("write");
+        assert_eq!(m.poll(last + 50).expect("not looked at"), 0);
+        assert_eq!(m.poll(last + second).expect("looked at"), 1);
+        // Given the time of the last look, which found nothing.
+        let name = |t| m.lookup(0x1000, t).map(|e| e.name.clone());
+        assert_eq!(name(last).as_deref(), Some("late"));
+        assert_eq!(name(last - 1), None);
     }
 
     #[test]
