@@ -353,6 +353,92 @@ impl<W: io::Write> State<W> {
         late
     }
 
+    /// A COMM record at `t`: a thread's name, or an exec of `pid`.
+    fn comm(&mut self, pid: u32, tid: u32, name: &str, exec: bool, t: u64) {
+        // An exec that came late (from a ring read after others) is
+        // followed by newer records of the process already applied: it
+        // changes nothing.
+        if exec && !self.conv.is_late(pid, t) {
+            // Samples still waiting are of the old image: they are written
+            // against its mappings, before they go.
+            if let Some(u) = self.conv.unwinder_mut() {
+                let done = self.live.forget_process(u, pid);
+                self.write_settled(done);
+            }
+            self.conv.exec(pid, t);
+            if let Some(p) = &mut self.python {
+                p.forget(pid);
+            }
+            self.jit.exec(pid);
+            self.identities.forget(pid);
+        }
+        self.seen(pid, tid);
+        self.conv.comm(t, pid, tid, name, exec);
+    }
+
+    /// Thread `tid` of `pid` exited at `t` (the process, when they are equal).
+    fn exited(&mut self, pid: u32, tid: u32, t: u64) {
+        if let Some(b) = &mut self.off_cpu {
+            b.exited(tid, t);
+        }
+        if let Some(d) = &mut self.deferred {
+            d.thread_exited(tid);
+        }
+        if let Some(p) = &mut self.python {
+            p.thread_exited(pid, tid);
+        }
+        if let Some(u) = self.conv.unwinder_mut() {
+            let done = if pid == tid {
+                self.live.forget_process(u, pid)
+            } else {
+                self.live.exit(u, tid)
+            };
+            self.write_settled(done);
+        }
+        if pid == tid {
+            self.identities.exited(pid, t);
+            self.jit
+                .exited(pid, sys::monotonic_ns(), self.conv.unwinder_mut());
+            self.conv.exit(pid, t);
+            if let Some(p) = &mut self.python {
+                p.forget(pid);
+            }
+        }
+        self.conv.writer_mut().exit(t, pid, tid);
+    }
+
+    /// Thread `tid` of `pid` was created at `t` by `ptid` of `ppid` (a new
+    /// process when `pid == tid`).
+    fn forked(&mut self, pid: u32, ppid: u32, tid: u32, ptid: u32, t: u64) {
+        if let Some(b) = &mut self.off_cpu {
+            b.born(tid);
+        }
+        self.conv.fork(ppid, pid, t);
+        if pid == tid && pid != ppid {
+            // A new process, maybe on a pid used before.
+            self.identities.forget(pid);
+            // A forked CPython is one too.
+            if let Some(p) = &mut self.python {
+                p.forked(ppid, pid, &self.conv);
+            }
+            self.jit.forked(ppid, pid);
+        }
+        self.seen(pid, tid);
+        self.conv.writer_mut().fork(t, pid, ppid, tid, ptid);
+    }
+
+    /// A SWITCH record of `tid` at `t`: off-CPU time learns whether a
+    /// switch-out was a preemption, and weighs the block a switch-in ends.
+    fn switched(&mut self, out: bool, preempted: bool, pid: u32, tid: u32, t: u64) {
+        let Some(b) = &mut self.off_cpu else { return };
+        if out {
+            b.switch_out_record(tid, preempted);
+        } else if let Some(s) = b.switched_in(pid, tid, t) {
+            // Back on a CPU: the interval since it blocked is off-CPU time.
+            self.conv.writer_mut().sample(s);
+        }
+    }
+
     fn handle(&mut self, r: PerfRecord<'_>) {
         match r {
             PerfRecord::Sample(s) => self.sample(&s),
@@ -383,115 +469,34 @@ impl<W: io::Write> State<W> {
                 name,
                 exec,
                 time,
-            } => {
-                let t = self.rel(time);
-                // An exec that came late (from a ring read after others)
-                // is followed by newer records of the process already
-                // applied: it changes nothing.
-                if exec && !self.conv.is_late(pid, t) {
-                    // Samples still waiting are of the old image: they are
-                    // written against its mappings, before they go.
-                    if let Some(u) = self.conv.unwinder_mut() {
-                        let done = self.live.forget_process(u, pid);
-                        self.write_settled(done);
-                    }
-                    self.conv.exec(pid, t);
-                    if let Some(p) = &mut self.python {
-                        p.forget(pid);
-                    }
-                    self.jit.exec(pid);
-                    self.identities.forget(pid);
-                }
-                self.seen(pid, tid);
-                self.conv.comm(t, pid, tid, name, exec);
-            }
+            } => self.comm(pid, tid, name, exec, self.rel(time)),
             PerfRecord::Task {
-                exit,
+                exit: true,
+                pid,
+                tid,
+                time,
+                ..
+            } => self.exited(pid, tid, self.rel(time)),
+            PerfRecord::Task {
+                exit: false,
                 pid,
                 ppid,
                 tid,
                 ptid,
                 time,
-            } => {
-                let t = self.rel(time);
-                if exit {
-                    if let Some(b) = &mut self.off_cpu {
-                        b.exited(tid, t);
-                    }
-                    if let Some(d) = &mut self.deferred {
-                        d.thread_exited(tid);
-                    }
-                    if let Some(p) = &mut self.python {
-                        p.thread_exited(pid, tid);
-                    }
-                    if let Some(u) = self.conv.unwinder_mut() {
-                        let done = if pid == tid {
-                            self.live.forget_process(u, pid)
-                        } else {
-                            self.live.exit(u, tid)
-                        };
-                        self.write_settled(done);
-                    }
-                    if pid == tid {
-                        self.identities.exited(pid, t);
-                        self.jit
-                            .exited(pid, sys::monotonic_ns(), self.conv.unwinder_mut());
-                        self.conv.exit(pid, t);
-                        if let Some(p) = &mut self.python {
-                            p.forget(pid);
-                        }
-                    }
-                    self.conv.writer_mut().exit(t, pid, tid);
-                } else {
-                    if let Some(b) = &mut self.off_cpu {
-                        b.born(tid);
-                    }
-                    self.conv.fork(ppid, pid, t);
-                    if pid == tid && pid != ppid {
-                        // A new process, maybe on a pid used before.
-                        self.identities.forget(pid);
-                        // A forked CPython is one too.
-                        if let Some(p) = &mut self.python {
-                            p.forked(ppid, pid, &self.conv);
-                        }
-                        self.jit.forked(ppid, pid);
-                    }
-                    self.seen(pid, tid);
-                    self.conv.writer_mut().fork(t, pid, ppid, tid, ptid);
-                }
-            }
+            } => self.forked(pid, ppid, tid, ptid, self.rel(time)),
             PerfRecord::Lost { count, time, cpu } => {
                 self.losses.add(cpu, count);
                 let t = self.rel(time);
                 self.conv.writer_mut().lost(t, count);
             }
             PerfRecord::Switch {
-                out: true,
+                out,
                 preempted,
-                tid,
-                ..
-            } => {
-                if let Some(b) = &mut self.off_cpu {
-                    b.switch_out_record(tid, preempted);
-                }
-            }
-            PerfRecord::Switch {
-                out: false,
                 pid,
                 tid,
                 time,
-                ..
-            } => {
-                // Back on a CPU: the interval since it blocked is off-CPU time.
-                let in_ns = self.rel(time);
-                if let Some(s) = self
-                    .off_cpu
-                    .as_mut()
-                    .and_then(|b| b.switched_in(pid, tid, in_ns))
-                {
-                    self.conv.writer_mut().sample(s);
-                }
-            }
+            } => self.switched(out, preempted, pid, tid, self.rel(time)),
             PerfRecord::CallchainDeferred {
                 cookie, pid, ips, ..
             } => self.deferred_callchain(cookie, pid, ips),

@@ -213,32 +213,49 @@ pub(crate) fn walk(
         },
         complete => complete,
     };
-    if let (Some((state, at)), Some(b)) = (memo, mem.beyond.as_deref_mut()) {
-        if at < out.len()
+    if let (Some(first), Some(b)) = (memo, mem.beyond.as_deref_mut()) {
+        if first.1 < out.len()
             && mem.entered == Some(true)
             && !matches!(outcome, Outcome::Truncated(Cut::TooDeep))
         {
-            let frames: Arc<[u64]> = out[at..].into();
-            let complete = outcome == Outcome::Complete;
-            let states = std::iter::once((state, at)).chain(checkpoints);
-            // A stack that ended at an entry point was cut back: the states
-            // past its end are not in it.
-            for (state, from) in states.take_while(|&(_, from)| from < out.len()) {
-                b.remember(
-                    state,
-                    OuterFrames {
-                        frames: Arc::clone(&frames),
-                        from: from - at,
-                        complete,
-                    },
-                );
-            }
+            remember(
+                b,
+                first,
+                checkpoints,
+                &out[..],
+                outcome == Outcome::Complete,
+            );
         }
     }
     Walked {
         outcome,
         used_beyond: mem.used_beyond,
         missed_past_copy: mem.missed_past_copy,
+    }
+}
+
+/// Hands `b` the outer frames of the first state past the copy and of the
+/// checkpoints further out (those a stack cut back at an entry point still
+/// holds), all sharing one list of `out`'s frames from the first on.
+fn remember(
+    b: &mut dyn Beyond,
+    first: (FrameState, usize),
+    checkpoints: Vec<(FrameState, usize)>,
+    out: &[u64],
+    complete: bool,
+) {
+    let at = first.1;
+    let frames: Arc<[u64]> = out[at..].into();
+    let states = std::iter::once(first).chain(checkpoints);
+    for (state, from) in states.take_while(|&(_, from)| from < out.len()) {
+        b.remember(
+            state,
+            OuterFrames {
+                frames: Arc::clone(&frames),
+                from: from - at,
+                complete,
+            },
+        );
     }
 }
 
