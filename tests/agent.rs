@@ -736,6 +736,71 @@ fn serve_pushes(l: TcpListener, into: std::sync::Arc<std::sync::Mutex<Pushes>>) 
     }
 }
 
+/// What a Pyroscope stand-in ([`serve_pushes`]) took while the agent (with
+/// `extra` flags) recorded `PY -c PROGRAM 8`, every push valid.
+struct Pushed {
+    /// The agent's log.
+    said: String,
+    /// The Python program's pid.
+    pid: u32,
+    /// Its service: its executable's name.
+    service: String,
+    got: Pushes,
+}
+
+impl Pushed {
+    fn run(dir: &Path, name: &str, py: &Path, extra: &[&str], program: &str) -> Pushed {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let pushes = std::sync::Arc::new(std::sync::Mutex::new(Pushes::default()));
+        let served = std::sync::Arc::clone(&pushes);
+        std::thread::spawn(move || serve_pushes(l, served));
+        let spool = dir.join("spool");
+        let mut args = vec!["--pyroscope", &url, "--spool", spool.to_str().unwrap()];
+        args.extend(extra);
+        let agent = Agent::start(dir, name, &args, &[]);
+        let mut child = Command::new(py)
+            .args(["-c", program, "8"])
+            .spawn()
+            .expect("python");
+        wait_child(&mut child, "the Python program");
+        let (said, _) = agent.stop();
+        let got = std::mem::take(&mut *pushes.lock().unwrap());
+        assert!(got.broken.is_empty(), "{:?}", got.broken);
+        Pushed {
+            said,
+            pid: child.id(),
+            service: py.file_name().unwrap().to_string_lossy().into_owned(),
+            got,
+        }
+    }
+
+    /// The series of the program's service: at least two (windows of 5 s
+    /// over its 8 s).
+    fn ours(
+        &self,
+    ) -> Vec<&(
+        HashMap<String, String>,
+        flamerec_fold::export::proto::Profile,
+    )> {
+        let ours: Vec<_> = self
+            .got
+            .series
+            .iter()
+            .filter(|(l, _)| l.get("service_name") == Some(&self.service))
+            .collect();
+        assert!(
+            ours.len() >= 2,
+            "{} series of {} in {} ({})",
+            ours.len(),
+            self.service,
+            self.got.series.len(),
+            self.said
+        );
+        ours
+    }
+}
+
 /// Pyroscope's push API, to a stand-in that applies Pyroscope's documented
 /// validation: each window one series per service, the Python program's
 /// functions under its own service.
@@ -746,38 +811,9 @@ fn agent_pushes_valid_series_per_service_to_pyroscope() {
         return;
     };
     let dir = tmp();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let pushes = std::sync::Arc::new(std::sync::Mutex::new(Pushes::default()));
-    let served = std::sync::Arc::clone(&pushes);
-    std::thread::spawn(move || serve_pushes(l, served));
-    let spool = dir.path().join("spool");
-    let agent = Agent::start(
-        dir.path(),
-        "pyroscope",
-        &["--pyroscope", &url, "--spool", spool.to_str().unwrap()],
-        &[],
-    );
-    let mut spin = Command::new(&py)
-        .args(["-c", PY_SPIN, "8"])
-        .spawn()
-        .expect("python");
-    wait_child(&mut spin, "the Python program");
-    let (said, _) = agent.stop();
-    let got = pushes.lock().unwrap();
-    assert!(got.broken.is_empty(), "{:?}", got.broken);
-    let service = py.file_name().unwrap().to_string_lossy().into_owned();
-    let ours: Vec<_> = got
-        .series
-        .iter()
-        .filter(|(l, _)| l.get("service_name") == Some(&service))
-        .collect();
-    assert!(
-        ours.len() >= 2,
-        "{} series of {service} in {} ({said})",
-        ours.len(),
-        got.series.len()
-    );
+    let pushed = Pushed::run(dir.path(), "pyroscope", &py, &[], PY_SPIN);
+    let (said, service) = (&pushed.said, &pushed.service);
+    let ours = pushed.ours();
     assert!(ours.iter().all(|(l, _)| l["__name__"] == "process_cpu"));
     let named = ours
         .iter()
@@ -799,12 +835,13 @@ fn agent_pushes_valid_series_per_service_to_pyroscope() {
             })
             .collect()
     };
-    let me = i64::from(spin.id());
+    let me = i64::from(pushed.pid);
     assert!(ours.iter().any(|s| pids_of(s).contains(&me)), "{said}");
-    let elsewhere = got
+    let elsewhere = pushed
+        .got
         .series
         .iter()
-        .filter(|(l, _)| l.get("service_name") != Some(&service))
+        .filter(|(l, _)| l.get("service_name") != Some(service))
         .any(|s| pids_of(&s).contains(&me));
     assert!(!elsewhere, "the program's samples under another service");
 }
@@ -821,45 +858,15 @@ fn agent_pushes_off_cpu_time_to_pyroscope() {
         return;
     };
     let dir = tmp();
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", l.local_addr().unwrap());
-    let pushes = std::sync::Arc::new(std::sync::Mutex::new(Pushes::default()));
-    let served = std::sync::Arc::clone(&pushes);
-    std::thread::spawn(move || serve_pushes(l, served));
-    let spool = dir.path().join("spool");
-    let agent = Agent::start(
+    let pushed = Pushed::run(
         dir.path(),
         "pyroscope-off",
-        &[
-            "-e",
-            "off-cpu",
-            "--pyroscope",
-            &url,
-            "--spool",
-            spool.to_str().unwrap(),
-        ],
-        &[],
+        &py,
+        &["-e", "off-cpu"],
+        PY_WAIT,
     );
-    let mut wait = Command::new(&py)
-        .args(["-c", PY_WAIT, "8"])
-        .spawn()
-        .expect("python");
-    wait_child(&mut wait, "the Python program");
-    let (said, _) = agent.stop();
-    let got = pushes.lock().unwrap();
-    assert!(got.broken.is_empty(), "{:?}", got.broken);
-    let service = py.file_name().unwrap().to_string_lossy().into_owned();
-    let ours: Vec<_> = got
-        .series
-        .iter()
-        .filter(|(l, _)| l.get("service_name") == Some(&service))
-        .collect();
-    assert!(
-        ours.len() >= 2,
-        "{} series of {service} in {} ({said})",
-        ours.len(),
-        got.series.len()
-    );
+    let (said, service) = (&pushed.said, &pushed.service);
+    let ours = pushed.ours();
     let mut blocked = 0;
     for (labels, p) in &ours {
         assert_eq!(labels["__name__"], "off_cpu");
