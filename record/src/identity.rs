@@ -4,11 +4,12 @@
 //! runtime moves its container's process into the container's cgroup
 //! before the exec, so the image that runs there is the one identified).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use flamerec_format::Identity;
 use flamerec_perf::procfs::view;
 
+use crate::ended::Ended;
 use crate::select::Selection;
 
 /// The processes identified since their last exec, and whether each is
@@ -18,7 +19,7 @@ pub(crate) struct Identities {
     /// pid → (kept, the time of its first sample).
     known: HashMap<u32, (bool, u64)>,
     /// Processes that ended, oldest first: (exit time, pid).
-    ended: VecDeque<(u64, u32)>,
+    ended: Ended<ENDED_KEPT_NS>,
     selection: Selection,
 }
 
@@ -57,12 +58,8 @@ impl Identities {
     /// `pid` ended at `time_ns`: forgotten a second later, so that ended
     /// processes hold no memory in a recording that runs for days.
     pub(crate) fn exited(&mut self, pid: u32, time_ns: u64) {
-        self.ended.push_back((time_ns, pid));
-        while let Some(&(t, old)) = self.ended.front() {
-            if t.saturating_add(ENDED_KEPT_NS) > time_ns {
-                break;
-            }
-            self.ended.pop_front();
+        self.ended.push(time_ns, pid);
+        for (t, old) in self.ended.expired(time_ns) {
             // Not a process that took the pid since.
             if self.known.get(&old).is_some_and(|&(_, since)| since <= t) {
                 self.known.remove(&old);

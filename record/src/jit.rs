@@ -19,7 +19,7 @@
 //! named stay in `[anon]` and are named at the end when the files, read
 //! whole by then, leave no doubt (see `name_untimed`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -33,6 +33,7 @@ use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
 const MAX_MAP: u64 = 256 << 20;
 /// The largest jitdump read (node writes the code bytes too).
 const MAX_DUMP: u64 = 1 << 30;
+use crate::ended::Ended;
 use crate::pynames::PY_PREFIX;
 
 /// One process's JIT files, and how much of each the unwinder knows.
@@ -81,7 +82,7 @@ pub(crate) struct JitNames {
     /// Followed processes that exited (when, on the samples' clock), oldest
     /// first: read once more at their exit, then no longer polled, and let
     /// go [`EXITED_KEPT_NS`] later (their late samples are named until then).
-    exited: VecDeque<(u64, u32)>,
+    exited: Ended<EXITED_KEPT_NS>,
     done: HashSet<u32>,
 }
 
@@ -172,13 +173,9 @@ impl JitNames {
     pub(crate) fn exited(&mut self, pid: u32, now: u64, u: Option<&mut StackUnwinder>) {
         if self.procs.contains_key(&pid) && self.done.insert(pid) {
             self.poll_pid(pid, now, u);
-            self.exited.push_back((now, pid));
+            self.exited.push(now, pid);
         }
-        while let Some(&(at, gone)) = self.exited.front() {
-            if at.saturating_add(EXITED_KEPT_NS) > now {
-                break;
-            }
-            self.exited.pop_front();
+        for (_, gone) in self.exited.expired(now) {
             if self.done.remove(&gone) {
                 self.procs.remove(&gone);
             }

@@ -16,6 +16,7 @@ mod deep;
 mod defer;
 mod depth;
 mod embed;
+mod ended;
 mod files;
 mod identity;
 mod jit;

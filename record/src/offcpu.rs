@@ -8,9 +8,11 @@
 //! run again, and on a busy machine preemptions on its way there. None is
 //! a block; all are left out.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 
 use flamerec_format::Sample;
+
+use crate::ended::Ended;
 
 /// How long after its exit record a thread's last switch-out is awaited
 /// (record time). It follows the exit within microseconds; records of one
@@ -28,7 +30,7 @@ pub(crate) struct Blocked {
     /// exit time.
     dead: HashMap<u32, u64>,
     /// The same, oldest first, to forget them after [`LAST_SWITCH_NS`].
-    dying: VecDeque<(u64, u32)>,
+    dying: Ended<LAST_SWITCH_NS>,
 }
 
 impl Blocked {
@@ -69,17 +71,13 @@ impl Blocked {
     pub(crate) fn exited(&mut self, tid: u32, time_ns: u64) {
         self.out.remove(&tid);
         self.preempted.remove(&tid);
-        while let Some(&(t, old)) = self.dying.front() {
-            if t.saturating_add(LAST_SWITCH_NS) > time_ns {
-                break;
-            }
-            self.dying.pop_front();
+        for (t, old) in self.dying.expired(time_ns) {
             if self.dead.get(&old) == Some(&t) {
                 self.dead.remove(&old);
             }
         }
         self.dead.insert(tid, time_ns);
-        self.dying.push_back((time_ns, tid));
+        self.dying.push(time_ns, tid);
     }
 
     /// A thread was created: its tid names a live thread again.
