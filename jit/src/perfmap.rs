@@ -65,8 +65,6 @@ pub struct PerfMap {
     offset: u64,
     /// When the last read was made (the time a line seen next is given).
     last_read: u64,
-    /// The last read found no file at the path.
-    missing: bool,
     /// Since when the reads have found no file (in a row).
     missing_since: Option<u64>,
     entries: Vec<MapEntry>,
@@ -90,7 +88,6 @@ impl PerfMap {
             file: None,
             offset: 0,
             last_read: 0,
-            missing: false,
             missing_since: None,
             entries: Vec::new(),
             known: HashMap::new(),
@@ -142,13 +139,7 @@ impl PerfMap {
         }
         let since = self.last_read;
         self.last_read = now;
-        let read = self.read_new(since, false);
-        self.missing_since = if self.missing {
-            self.missing_since.or(Some(now))
-        } else {
-            None
-        };
-        match read {
+        match self.read_new(since, false) {
             Ok(n) => Ok(n),
             Err(e) => {
                 self.stopped = true;
@@ -226,7 +217,11 @@ impl PerfMap {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io(e)),
         };
-        self.missing = at_path.is_none();
+        // `last_read` is this read's time.
+        self.missing_since = match at_path {
+            None => self.missing_since.or(Some(self.last_read)),
+            Some(_) => None,
+        };
         let same = matches!((&self.file, at_path), (Some((_, d, i)), Some(p)) if (*d, *i) == p);
         if !same {
             let Some(_) = at_path else { return Ok(0) };
