@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use flamerec_format::{Frame, FrameId, JitFrames, Module, ModuleId, ModuleKind, Writer};
 use flamerec_jit::{Clock, JitDump, PerfMap, Rules};
 use flamerec_perf::procfs::view;
-use flamerec_unwind::{Bytes, JitTables, StackUnwinder, TrampolineShape};
+use flamerec_unwind::StackUnwinder;
 
 /// The largest perf map read.
 const MAX_MAP: u64 = 256 << 20;
@@ -35,6 +35,11 @@ const MAX_MAP: u64 = 256 << 20;
 const MAX_DUMP: u64 = 1 << 30;
 use crate::ended::Ended;
 use crate::pynames::PY_PREFIX;
+
+mod advice;
+mod unwinding;
+
+use unwinding::{find_trampolines, register};
 
 /// One process's JIT files, and how much of each the unwinder knows.
 struct Sources {
@@ -441,35 +446,8 @@ impl JitNames {
     /// by where their names came from.
     pub(crate) fn finish<W: io::Write>(mut self, writer: &Writer<W>, now: u64) -> JitEnd {
         let (out, counts) = self.name_all(writer, now);
-        // By command name, and whether the process wrote any file at all:
-        // samples with a JIT frame still unnamed anywhere in their stacks,
-        // of all the samples of that command's processes.
-        let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
-        for ((pid, addrs), &n) in &self.unnamed {
-            if addrs.iter().any(|&a| self.name_untimed(a).is_none()) {
-                let comm = self.comms.get(pid).map_or("", String::as_str);
-                let wrote = self.procs.get(pid).is_some_and(|s| {
-                    !s.map.entries().is_empty()
-                        || s.dumps.iter().any(|(d, _)| !d.loads().is_empty())
-                });
-                *by_comm.entry((comm, wrote)).or_default() += n;
-            }
-        }
-        let mut of_comm: HashMap<&str, u64> = HashMap::new();
-        for (pid, &n) in &self.samples {
-            let comm = self.comms.get(pid).map_or("", String::as_str);
-            *of_comm.entry(comm).or_default() += n;
-        }
-        let mut advice: Vec<(u64, String)> = by_comm
-            .into_iter()
-            .filter_map(|((comm, wrote), n)| {
-                // Every sample counted here was counted in `samples` too.
-                let all = of_comm.get(comm).copied().unwrap_or(0).max(n);
-                (n * 100 >= all).then(|| (n, setup_advice(comm, wrote, n, all)))
-            })
-            .collect();
-        advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        self.warnings.extend(advice.into_iter().map(|(_, a)| a));
+        let advice = self.advice();
+        self.warnings.extend(advice);
         JitEnd {
             names: out,
             warnings: self.warnings,
@@ -519,49 +497,6 @@ impl JitNames {
     }
 }
 
-/// What a runtime needs for its JIT code to be named, said when `n` of
-/// the `all` samples of processes named `comm` had a frame in anonymous
-/// memory that no file named, anywhere in their stacks; `wrote` when they
-/// did write a map or dump, just not (yet) for that code.
-fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
-    let who = if comm.is_empty() { "processes" } else { comm };
-    let pct = n * 100 / all.max(1);
-    let share = format!("{pct}% of the samples of {who} ({n} of {all}) ran JIT code");
-    if wrote {
-        return format!(
-            "{share} that its perf map or jitdump did not name by the end: the runtime had not \
-             written those records yet (node keeps the last ones until it exits)"
-        );
-    }
-    format!(
-        "{share} that no perf map or jitdump named: {}",
-        runtime_advice(comm)
-    )
-}
-
-/// The flags that make the runtime behind a command name its JIT code,
-/// spelled for that command: a JDK tool passes JVM flags as `-J-XX:…`, a
-/// node launcher script (npm, npx, yarn) takes node's flags through
-/// `NODE_OPTIONS`.
-fn runtime_advice(comm: &str) -> &'static str {
-    const JDK_TOOLS: [&str; 6] = ["javac", "jshell", "jar", "javadoc", "jlink", "jpackage"];
-    const NODE_LAUNCHERS: [&str; 4] = ["npm", "npx", "yarn", "pnpm"];
-    let command = comm.split([' ', '-']).next().unwrap_or(comm);
-    if command == "node" {
-        "run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"
-    } else if NODE_LAUNCHERS.contains(&command) {
-        "run it with NODE_OPTIONS='--perf-basic-prof --interpreted-frames-native-stack'"
-    } else if JDK_TOOLS.contains(&command) {
-        "run it with -J-XX:+PreserveFramePointer -J-XX:+UnlockDiagnosticVMOptions -J-XX:+DumpPerfMapAtExit"
-    } else if command.starts_with("java") {
-        "run java with -XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or `jcmd PID Compiler.perfmap` before it ends"
-    } else if command.starts_with("python") {
-        "run CPython 3.12+ with -X perf"
-    } else {
-        "its runtime must write /tmp/perf-PID.map or a jitdump"
-    }
-}
-
 impl JitNames {
     /// The name of a frame left in `[anon]` (its code was not in its
     /// runtime's file yet when sampled: node writes the last records of
@@ -598,42 +533,6 @@ fn one<'a>(mut names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     names.all(|n| n == first).then_some(first)
 }
 
-/// Tells the unwinder about the code `s` learned since the last time:
-/// loads with their own tables, and CPython's trampolines by their length.
-fn register(pid: u32, s: &mut Sources, u: &mut StackUnwinder) {
-    for (d, done) in &mut s.dumps {
-        for l in d.loads().get(*done..).unwrap_or_default() {
-            if let Some(t) = &l.unwind {
-                let span = |at: u64, b: &std::sync::Arc<Vec<u8>>| {
-                    (at..at.saturating_add(b.len() as u64), Bytes(b.clone()))
-                };
-                let tables = JitTables {
-                    eh_frame: span(t.eh_frame_addr, &t.eh_frame),
-                    eh_frame_hdr: t
-                        .eh_frame_hdr
-                        .as_ref()
-                        .map(|h| span(t.eh_frame_hdr_addr, h)),
-                };
-                u.add_jit_code(pid, l.start..l.end, tables);
-            } else if l.name.starts_with(PY_PREFIX) {
-                if let Some(shape) = TrampolineShape::from_len(l.end - l.start) {
-                    u.add_trampoline(pid, l.start, shape);
-                }
-            }
-        }
-        *done = d.loads().len();
-    }
-    let entries = s.map.entries();
-    for e in entries.get(s.map_done..).unwrap_or_default() {
-        if e.name.starts_with(PY_PREFIX) {
-            if let Some(shape) = TrampolineShape::from_len(e.end - e.start) {
-                u.add_trampoline(pid, e.start, shape);
-            }
-        }
-    }
-    s.map_done = entries.len();
-}
-
 /// What the recording learnt of JIT code, at its end.
 pub(crate) struct JitEnd {
     /// The names of the JIT frames, for the names section.
@@ -650,33 +549,6 @@ enum Source {
     PerfMap,
     /// A jitdump load in force at the sample's time.
     Jitdump,
-}
-
-/// The most bytes of one executable mapping searched for trampolines:
-/// CPython's arenas are 16 pages.
-const MAX_ARENA: u64 = 4 << 20;
-
-/// Registers the CPython perf trampolines in `range`, anonymous executable
-/// memory of CPython process `pid`, read from the process: CPython fills
-/// each arena with copies of its trampoline, 16-byte aligned, before it
-/// makes the arena executable, and never writes it again. Found by their
-/// bytes, they are stepped from the first sample, before the perf map line
-/// or jitdump load naming them is read (3.13's `-X perf_jit` buffers its
-/// dump: its loads come after the samples that ran them). Bytes that are a
-/// trampoline's instructions unwind as those instructions, whoever wrote
-/// them.
-fn find_trampolines(pid: u32, range: Range<u64>, u: &mut StackUnwinder) {
-    let len = (range.end.saturating_sub(range.start)).min(MAX_ARENA) as usize;
-    let mut code = vec![0; len];
-    let Ok(n) = flamerec_perf::sys::read_remote(pid, range.start, &mut code) else {
-        return;
-    };
-    code.truncate(n);
-    for at in (0..code.len()).step_by(16) {
-        if let Some(shape) = TrampolineShape::starting(&code[at..]) {
-            u.add_trampoline(pid, range.start + at as u64, shape);
-        }
-    }
 }
 
 /// A runtime's jitdump: `jit-<pid>.dump` (the name perf looks for).
@@ -802,28 +674,6 @@ mod tests {
             .filter(|w| w.contains("time-stamp counter"))
             .collect();
         assert_eq!(said.len(), 1, "{:?}", names.warnings);
-    }
-
-    #[test]
-    fn the_advice_names_the_flag_or_says_the_records_came_late() {
-        let none = setup_advice("node", false, 85, 100);
-        assert!(
-            none.starts_with("85% of the samples of node (85 of 100) ran JIT code"),
-            "{none}"
-        );
-        assert!(
-            none.ends_with("--perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"),
-            "{none}"
-        );
-        assert!(setup_advice("python3.12", false, 3, 100).ends_with("with -X perf"));
-        // Each launcher in its own spelling.
-        assert!(runtime_advice("javac").starts_with("run it with -J-XX:+PreserveFramePointer"));
-        assert!(runtime_advice("java").starts_with("run java with -XX:"));
-        assert!(runtime_advice("npm run bench").contains("NODE_OPTIONS="));
-        assert!(runtime_advice("npx").contains("NODE_OPTIONS="));
-        let late = setup_advice("node", true, 19, 100);
-        assert!(late.contains("had not written those records yet"), "{late}");
-        assert!(!late.contains("--perf-prof"), "{late}");
     }
 
     #[test]

@@ -1,0 +1,113 @@
+//! What the user is told of JIT code no file named: per command, the
+//! share of its samples with such a frame anywhere in their stacks, and
+//! the flags that make its runtime name its code.
+
+use std::collections::HashMap;
+
+use super::JitNames;
+
+impl JitNames {
+    /// One line per command whose samples ran JIT code no perf map or
+    /// jitdump named, for 1% of its samples or more; most samples first.
+    pub(super) fn advice(&self) -> Vec<String> {
+        // By command name, and whether the process wrote any file at all:
+        // samples with a JIT frame still unnamed anywhere in their stacks,
+        // of all the samples of that command's processes.
+        let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
+        for ((pid, addrs), &n) in &self.unnamed {
+            if addrs.iter().any(|&a| self.name_untimed(a).is_none()) {
+                let comm = self.comms.get(pid).map_or("", String::as_str);
+                let wrote = self.procs.get(pid).is_some_and(|s| {
+                    !s.map.entries().is_empty()
+                        || s.dumps.iter().any(|(d, _)| !d.loads().is_empty())
+                });
+                *by_comm.entry((comm, wrote)).or_default() += n;
+            }
+        }
+        let mut of_comm: HashMap<&str, u64> = HashMap::new();
+        for (pid, &n) in &self.samples {
+            let comm = self.comms.get(pid).map_or("", String::as_str);
+            *of_comm.entry(comm).or_default() += n;
+        }
+        let mut advice: Vec<(u64, String)> = by_comm
+            .into_iter()
+            .filter_map(|((comm, wrote), n)| {
+                // Every sample counted here was counted in `samples` too.
+                let all = of_comm.get(comm).copied().unwrap_or(0).max(n);
+                (n * 100 >= all).then(|| (n, setup_advice(comm, wrote, n, all)))
+            })
+            .collect();
+        advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        advice.into_iter().map(|(_, a)| a).collect()
+    }
+}
+
+/// What a runtime needs for its JIT code to be named, said when `n` of
+/// the `all` samples of processes named `comm` had a frame in anonymous
+/// memory that no file named, anywhere in their stacks; `wrote` when they
+/// did write a map or dump, just not (yet) for that code.
+fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
+    let who = if comm.is_empty() { "processes" } else { comm };
+    let pct = n * 100 / all.max(1);
+    let share = format!("{pct}% of the samples of {who} ({n} of {all}) ran JIT code");
+    if wrote {
+        return format!(
+            "{share} that its perf map or jitdump did not name by the end: the runtime had not \
+             written those records yet (node keeps the last ones until it exits)"
+        );
+    }
+    format!(
+        "{share} that no perf map or jitdump named: {}",
+        runtime_advice(comm)
+    )
+}
+
+/// The flags that make the runtime behind a command name its JIT code,
+/// spelled for that command: a JDK tool passes JVM flags as `-J-XX:…`, a
+/// node launcher script (npm, npx, yarn) takes node's flags through
+/// `NODE_OPTIONS`.
+fn runtime_advice(comm: &str) -> &'static str {
+    const JDK_TOOLS: [&str; 6] = ["javac", "jshell", "jar", "javadoc", "jlink", "jpackage"];
+    const NODE_LAUNCHERS: [&str; 4] = ["npm", "npx", "yarn", "pnpm"];
+    let command = comm.split([' ', '-']).next().unwrap_or(comm);
+    if command == "node" {
+        "run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"
+    } else if NODE_LAUNCHERS.contains(&command) {
+        "run it with NODE_OPTIONS='--perf-basic-prof --interpreted-frames-native-stack'"
+    } else if JDK_TOOLS.contains(&command) {
+        "run it with -J-XX:+PreserveFramePointer -J-XX:+UnlockDiagnosticVMOptions -J-XX:+DumpPerfMapAtExit"
+    } else if command.starts_with("java") {
+        "run java with -XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or `jcmd PID Compiler.perfmap` before it ends"
+    } else if command.starts_with("python") {
+        "run CPython 3.12+ with -X perf"
+    } else {
+        "its runtime must write /tmp/perf-PID.map or a jitdump"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advice_names_the_flag_or_says_the_records_came_late() {
+        let none = setup_advice("node", false, 85, 100);
+        assert!(
+            none.starts_with("85% of the samples of node (85 of 100) ran JIT code"),
+            "{none}"
+        );
+        assert!(
+            none.ends_with("--perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"),
+            "{none}"
+        );
+        assert!(setup_advice("python3.12", false, 3, 100).ends_with("with -X perf"));
+        // Each launcher in its own spelling.
+        assert!(runtime_advice("javac").starts_with("run it with -J-XX:+PreserveFramePointer"));
+        assert!(runtime_advice("java").starts_with("run java with -XX:"));
+        assert!(runtime_advice("npm run bench").contains("NODE_OPTIONS="));
+        assert!(runtime_advice("npx").contains("NODE_OPTIONS="));
+        let late = setup_advice("node", true, 19, 100);
+        assert!(late.contains("had not written those records yet"), "{late}");
+        assert!(!late.contains("--perf-prof"), "{late}");
+    }
+}
