@@ -91,106 +91,47 @@ pub(crate) fn walk(
     beyond: Option<&mut dyn Beyond>,
     out: &mut Vec<u64>,
 ) -> Walked {
-    let mut mem = Memory {
-        copy: Copy {
-            start: regs.sp,
-            bytes: stack,
+    let mut w = Walk {
+        proc,
+        mem: Memory {
+            copy: Copy {
+                start: regs.sp,
+                bytes: stack,
+            },
+            beyond,
+            entered: None,
+            used_beyond: false,
+            missed_past_copy: false,
         },
-        beyond,
-        entered: None,
-        used_beyond: false,
-        missed_past_copy: false,
+        bx: regs.bx,
+        uregs: UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
+        address: FrameAddress::from_instruction_pointer(regs.ip),
+        history: Vec::new(),
+        memo: None,
+        checkpoints: Vec::new(),
     };
     let start = out.len();
-    // The first caller frame entirely past the copy, and where its frames start in `out`.
-    let mut memo: Option<(FrameState, usize)> = None;
-    // States further out, every CHECKPOINT_EVERY frames, remembered with it.
-    let mut checkpoints: Vec<(FrameState, usize)> = Vec::new();
-    // Frames stepped so far: their lookup address and CFA (for `fallback`).
-    let mut history: Vec<(u64, u64)> = Vec::new();
-    let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
     out.push(regs.ip);
     let outcome = loop {
         if out.len() - start >= max_frames {
             break Outcome::Truncated(Cut::TooDeep);
         }
-        let before = uregs;
-        let frame_sp = before.sp();
-        let mut read = |addr: u64| mem.read(addr, frame_sp).ok_or(());
-        let step = match proc.trampoline_at(address.address_for_lookup()) {
-            Some((start, shape)) => {
-                let first = !address.is_return_address();
-                let offset = address.address() - start;
-                match shape.step(offset, first, before.sp(), before.bp(), &mut read) {
-                    Some((ra, cfa, bp)) => {
-                        uregs = UnwindRegsX86_64::new(ra, cfa, bp);
-                        Ok(Some(ra))
-                    }
-                    None => Err(()),
-                }
-            }
-            // framehop would guess these by frame pointer: stepped below.
-            None if proc.cfa_elsewhere(address.address_for_lookup()) => Err(()),
-            None => proc
-                .unwinder
-                .unwind_frame(address, &mut uregs, cache, &mut read)
-                .map_err(drop),
-        };
-        let ra = match step {
+        let frame_sp = w.uregs.sp();
+        let ra = match w.step(cache) {
             Ok(Some(ra)) => ra,
             Ok(None) => break Outcome::Complete,
-            Err(()) => {
-                let module_of = |a: u64| proc.cfi_module(a);
-                let stepped = regs.bx.and_then(|bx| {
-                    let mut read = |a: u64| mem.read(a, frame_sp);
-                    let lookup = address.address_for_lookup();
-                    step_by_rbx(&module_of, &history, bx, lookup, before.bp(), &mut read)
-                });
-                match stepped {
-                    Some((ra, cfa, bp)) => {
-                        uregs = UnwindRegsX86_64::new(ra, cfa, bp);
-                        ra
-                    }
-                    None if mem.missed_past_copy => break Outcome::Truncated(Cut::CopyEnded),
-                    None => break Outcome::Truncated(Cut::NoRule),
-                }
-            }
+            Err(cut) => break Outcome::Truncated(cut),
         };
-        history.push((address.address_for_lookup(), uregs.sp()));
         let Some(next) = FrameAddress::from_return_address(ra) else {
             break Outcome::Truncated(Cut::NoRule);
         };
         let state = FrameState {
             ip: ra,
-            sp: uregs.sp(),
-            bp: uregs.bp(),
+            sp: w.uregs.sp(),
+            bp: w.uregs.bp(),
         };
-        let past_copy = state.sp >= mem.copy.end() && mem.beyond.is_some();
-        let known = match memo {
-            None if past_copy => {
-                let accepted = mem.enter(frame_sp);
-                let known = match mem.beyond.as_deref_mut() {
-                    Some(b) if accepted => b.recall(state),
-                    _ => None,
-                };
-                if known.is_none() {
-                    memo = Some((state, out.len()));
-                }
-                known
-            }
-            // Further out, once the memory past the copy was accepted: a
-            // state an earlier walk went through.
-            Some((_, at)) if mem.entered == Some(true) => {
-                if (out.len() - at).is_multiple_of(CHECKPOINT_EVERY) {
-                    checkpoints.push((state, out.len()));
-                }
-                mem.beyond.as_deref_mut().and_then(|b| b.recall(state))
-            }
-            _ => None,
-        };
-        if let Some(known) = known {
-            mem.used_beyond = true;
+        if let Some(known) = w.recall(state, frame_sp, out.len()) {
+            w.mem.used_beyond = true;
             out.extend_from_slice(known.outer());
             break if known.complete {
                 Outcome::Complete
@@ -199,11 +140,148 @@ pub(crate) fn walk(
             };
         }
         out.push(ra);
-        address = next;
+        w.address = next;
     };
-    // A stack that stops in an entry point is whole; whatever a
-    // frame-pointer guess made of the bytes past it is not a caller.
-    let outcome = match outcome {
+    let outcome = whole_at_entry(proc, outcome, out, start);
+    w.remember_outer(outcome, out);
+    Walked {
+        outcome,
+        used_beyond: w.mem.used_beyond,
+        missed_past_copy: w.mem.missed_past_copy,
+    }
+}
+
+/// One walk under way: the memory it reads, the frame it is at, and what
+/// it met past the copy.
+struct Walk<'p, 'c, 'b> {
+    proc: &'p Process,
+    mem: Memory<'c, 'b>,
+    /// The sample's rbx, for frames whose CFA is kept there.
+    bx: Option<u64>,
+    uregs: UnwindRegsX86_64,
+    address: FrameAddress,
+    /// Frames stepped so far: their lookup address and CFA (for `fallback`).
+    history: Vec<(u64, u64)>,
+    /// The first caller frame entirely past the copy, and where its frames
+    /// start in the output.
+    memo: Option<(FrameState, usize)>,
+    /// States further out, every [`CHECKPOINT_EVERY`] frames, remembered
+    /// with it.
+    checkpoints: Vec<(FrameState, usize)>,
+}
+
+impl Walk<'_, '_, '_> {
+    /// Steps from the current frame to its caller: through a perf
+    /// trampoline by its shape, by the module's unwind rules (framehop),
+    /// or by rbx where the rules keep the CFA there. The return address,
+    /// `None` at the stack's end, or where the walk is cut.
+    fn step(&mut self, cache: &mut CacheX86_64) -> Result<Option<u64>, Cut> {
+        let before = self.uregs;
+        let frame_sp = before.sp();
+        let lookup = self.address.address_for_lookup();
+        let mem = &mut self.mem;
+        let mut read = |addr: u64| mem.read(addr, frame_sp).ok_or(());
+        let step = match self.proc.trampoline_at(lookup) {
+            Some((start, shape)) => {
+                let first = !self.address.is_return_address();
+                let offset = self.address.address() - start;
+                match shape.step(offset, first, before.sp(), before.bp(), &mut read) {
+                    Some((ra, cfa, bp)) => {
+                        self.uregs = UnwindRegsX86_64::new(ra, cfa, bp);
+                        Ok(Some(ra))
+                    }
+                    None => Err(()),
+                }
+            }
+            // framehop would guess these by frame pointer: stepped below.
+            None if self.proc.cfa_elsewhere(lookup) => Err(()),
+            None => self
+                .proc
+                .unwinder
+                .unwind_frame(self.address, &mut self.uregs, cache, &mut read)
+                .map_err(drop),
+        };
+        let ra = match step {
+            Ok(Some(ra)) => ra,
+            Ok(None) => return Ok(None),
+            Err(()) => {
+                let proc = self.proc;
+                let module_of = |a: u64| proc.cfi_module(a);
+                let mem = &mut self.mem;
+                let stepped = self.bx.and_then(|bx| {
+                    let mut read = |a: u64| mem.read(a, frame_sp);
+                    step_by_rbx(
+                        &module_of,
+                        &self.history,
+                        bx,
+                        lookup,
+                        before.bp(),
+                        &mut read,
+                    )
+                });
+                match stepped {
+                    Some((ra, cfa, bp)) => {
+                        self.uregs = UnwindRegsX86_64::new(ra, cfa, bp);
+                        ra
+                    }
+                    None if self.mem.missed_past_copy => return Err(Cut::CopyEnded),
+                    None => return Err(Cut::NoRule),
+                }
+            }
+        };
+        self.history.push((lookup, self.uregs.sp()));
+        Ok(Some(ra))
+    }
+
+    /// The outer frames of `state` (the caller just stepped to from the
+    /// frame at `frame_sp`, to be frame number `at` of the output) as an
+    /// earlier walk found them: asked of the first state entirely past the
+    /// copy, and further out, once the memory past it was accepted, of
+    /// every state (each [`CHECKPOINT_EVERY`]th kept to be remembered).
+    fn recall(&mut self, state: FrameState, frame_sp: u64, at: usize) -> Option<OuterFrames> {
+        let past_copy = state.sp >= self.mem.copy.end() && self.mem.beyond.is_some();
+        match self.memo {
+            None if past_copy => {
+                let accepted = self.mem.enter(frame_sp);
+                let known = match self.mem.beyond.as_deref_mut() {
+                    Some(b) if accepted => b.recall(state),
+                    _ => None,
+                };
+                if known.is_none() {
+                    self.memo = Some((state, at));
+                }
+                known
+            }
+            Some((_, first)) if self.mem.entered == Some(true) => {
+                if (at - first).is_multiple_of(CHECKPOINT_EVERY) {
+                    self.checkpoints.push((state, at));
+                }
+                self.mem.beyond.as_deref_mut().and_then(|b| b.recall(state))
+            }
+            _ => None,
+        }
+    }
+
+    /// After the walk: the outer frames found past the copy remembered
+    /// for later walks (not those of a walk cut for its depth).
+    fn remember_outer(&mut self, outcome: Outcome, out: &[u64]) {
+        let entered = self.mem.entered == Some(true);
+        let checkpoints = std::mem::take(&mut self.checkpoints);
+        if let (Some(first), Some(b)) = (self.memo, self.mem.beyond.as_deref_mut()) {
+            if first.1 < out.len()
+                && entered
+                && !matches!(outcome, Outcome::Truncated(Cut::TooDeep))
+            {
+                remember(b, first, checkpoints, out, outcome == Outcome::Complete);
+            }
+        }
+    }
+}
+
+/// A stack that stops in an entry point is whole; whatever a frame-pointer
+/// guess made of the bytes past it is not a caller (cut from `out`).
+fn whole_at_entry(proc: &Process, outcome: Outcome, out: &mut Vec<u64>, start: usize) -> Outcome {
+    match outcome {
         Outcome::Truncated(_) => match out[start + 1..].iter().position(|&a| proc.is_entry(a)) {
             Some(i) => {
                 out.truncate(start + 2 + i);
@@ -212,25 +290,6 @@ pub(crate) fn walk(
             None => outcome,
         },
         complete => complete,
-    };
-    if let (Some(first), Some(b)) = (memo, mem.beyond.as_deref_mut()) {
-        if first.1 < out.len()
-            && mem.entered == Some(true)
-            && !matches!(outcome, Outcome::Truncated(Cut::TooDeep))
-        {
-            remember(
-                b,
-                first,
-                checkpoints,
-                &out[..],
-                outcome == Outcome::Complete,
-            );
-        }
-    }
-    Walked {
-        outcome,
-        used_beyond: mem.used_beyond,
-        missed_past_copy: mem.missed_past_copy,
     }
 }
 
