@@ -118,99 +118,12 @@ impl Layout {
     /// The table for CPython `major.minor`, for 3.8–3.12 (3.13 and later
     /// describe themselves: [`Layout::from_debug_offsets`]).
     pub fn for_version(major: u8, minor: u8) -> Option<Layout> {
-        if major != 3 {
-            return None;
+        match (major, minor) {
+            (3, 8..=10) => Some(up_to_310(minor)),
+            (3, 11) => Some(V311),
+            (3, 12) => Some(V312),
+            _ => None,
         }
-        let before_312_strings = (48, 72);
-        let l = match minor {
-            8..=10 => Layout {
-                version: (3, minor),
-                model: FrameModel::Objects {
-                    lasti_in_units: minor == 10,
-                },
-                runtime_interpreters_head: 32,
-                interp_next: 0,
-                interp_threads_head: 8,
-                tstate_next: 8,
-                tstate_thread_id: 176,
-                tstate_native_thread_id: None,
-                tstate_frame: 24,
-                cframe_current_frame: 0,
-                frame_code: 32,
-                frame_back: 24,
-                frame_instr: if minor == 10 { 96 } else { 104 },
-                frame_marker: 0,
-                code_filename: 104,
-                code_name: 112,
-                code_qualname: None,
-                code_firstlineno: 40,
-                code_linetable: 120,
-                code_firsttraceable: None,
-                code_adaptive: None,
-                ascii_data: before_312_strings.0,
-                compact_data: before_312_strings.1,
-                tagged_code: false,
-                base_frame: false,
-            },
-            11 => Layout {
-                version: (3, 11),
-                model: FrameModel::EntryFlag,
-                runtime_interpreters_head: 40,
-                interp_next: 0,
-                interp_threads_head: 16,
-                tstate_next: 8,
-                tstate_thread_id: 152,
-                tstate_native_thread_id: Some(160),
-                tstate_frame: 56,
-                cframe_current_frame: 8,
-                frame_code: 32,
-                frame_back: 48,
-                frame_instr: 56,
-                frame_marker: 68,
-                code_filename: 112,
-                code_name: 120,
-                code_qualname: Some(128),
-                code_firstlineno: 72,
-                code_linetable: 136,
-                code_firsttraceable: Some(168),
-                code_adaptive: Some(184),
-                ascii_data: before_312_strings.0,
-                compact_data: before_312_strings.1,
-                tagged_code: false,
-                base_frame: false,
-            },
-            12 => Layout {
-                version: (3, 12),
-                model: FrameModel::EntryShim {
-                    in_thread_state: false,
-                },
-                runtime_interpreters_head: 40,
-                interp_next: 0,
-                interp_threads_head: 72,
-                tstate_next: 8,
-                tstate_thread_id: 136,
-                tstate_native_thread_id: Some(144),
-                tstate_frame: 56,
-                cframe_current_frame: 0,
-                frame_code: 0,
-                frame_back: 8,
-                frame_instr: 56,
-                frame_marker: 70,
-                code_filename: 112,
-                code_name: 120,
-                code_qualname: Some(128),
-                code_firstlineno: 68,
-                code_linetable: 136,
-                code_firsttraceable: Some(176),
-                code_adaptive: Some(192),
-                ascii_data: 40,
-                compact_data: 56,
-                tagged_code: false,
-                base_frame: false,
-            },
-            _ => return None,
-        };
-        Some(l)
     }
 
     /// The layout a 3.13, 3.14 or 3.15 runtime publishes in its
@@ -388,6 +301,103 @@ pub(crate) fn debug_offsets_3130() -> Vec<u8> {
     b
 }
 
+/// Where the string data of a str object starts before 3.12: ASCII
+/// (compact ASCII) and compact objects.
+const BEFORE_312_STRINGS: (u64, u64) = (48, 72);
+
+/// CPython 3.8 to 3.10: frames are objects.
+fn up_to_310(minor: u8) -> Layout {
+    Layout {
+        version: (3, minor),
+        model: FrameModel::Objects {
+            lasti_in_units: minor == 10,
+        },
+        runtime_interpreters_head: 32,
+        interp_next: 0,
+        interp_threads_head: 8,
+        tstate_next: 8,
+        tstate_thread_id: 176,
+        tstate_native_thread_id: None,
+        tstate_frame: 24,
+        cframe_current_frame: 0,
+        frame_code: 32,
+        frame_back: 24,
+        frame_instr: if minor == 10 { 96 } else { 104 },
+        frame_marker: 0,
+        code_filename: 104,
+        code_name: 112,
+        code_qualname: None,
+        code_firstlineno: 40,
+        code_linetable: 120,
+        code_firsttraceable: None,
+        code_adaptive: None,
+        ascii_data: BEFORE_312_STRINGS.0,
+        compact_data: BEFORE_312_STRINGS.1,
+        tagged_code: false,
+        base_frame: false,
+    }
+}
+
+/// CPython 3.11: interpreter frames, entry frames flagged.
+const V311: Layout = Layout {
+    version: (3, 11),
+    model: FrameModel::EntryFlag,
+    runtime_interpreters_head: 40,
+    interp_next: 0,
+    interp_threads_head: 16,
+    tstate_next: 8,
+    tstate_thread_id: 152,
+    tstate_native_thread_id: Some(160),
+    tstate_frame: 56,
+    cframe_current_frame: 8,
+    frame_code: 32,
+    frame_back: 48,
+    frame_instr: 56,
+    frame_marker: 68,
+    code_filename: 112,
+    code_name: 120,
+    code_qualname: Some(128),
+    code_firstlineno: 72,
+    code_linetable: 136,
+    code_firsttraceable: Some(168),
+    code_adaptive: Some(184),
+    ascii_data: BEFORE_312_STRINGS.0,
+    compact_data: BEFORE_312_STRINGS.1,
+    tagged_code: false,
+    base_frame: false,
+};
+
+/// CPython 3.12: interpreter frames, entry frames behind a shim.
+const V312: Layout = Layout {
+    version: (3, 12),
+    model: FrameModel::EntryShim {
+        in_thread_state: false,
+    },
+    runtime_interpreters_head: 40,
+    interp_next: 0,
+    interp_threads_head: 72,
+    tstate_next: 8,
+    tstate_thread_id: 136,
+    tstate_native_thread_id: Some(144),
+    tstate_frame: 56,
+    cframe_current_frame: 0,
+    frame_code: 0,
+    frame_back: 8,
+    frame_instr: 56,
+    frame_marker: 70,
+    code_filename: 112,
+    code_name: 120,
+    code_qualname: Some(128),
+    code_firstlineno: 68,
+    code_linetable: 136,
+    code_firsttraceable: Some(176),
+    code_adaptive: Some(192),
+    ascii_data: 40,
+    compact_data: 56,
+    tagged_code: false,
+    base_frame: false,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,10 +530,24 @@ mod tests {
         );
     }
 
+    /// Each table is its version's, and holds what the BPF walk needs: the
+    /// frame's fields within the bytes it reads of a frame, and the code
+    /// object's file name and name close enough to be read in one go for
+    /// the frame's identity.
     #[test]
-    fn tables_for_known_versions_only() {
+    fn tables_for_known_versions_only_each_fit_for_the_walk() {
+        let frame_read = crate::bpf::FRAME_READ as u64;
         for minor in 8..=12 {
-            assert!(Layout::for_version(3, minor).is_some(), "3.{minor}");
+            let l = Layout::for_version(3, minor).expect("a table");
+            assert_eq!(l.version, (3, minor));
+            for field in [l.frame_code, l.frame_back, l.frame_instr] {
+                assert!(field + 8 <= frame_read, "3.{minor}: {field}");
+            }
+            assert!(l.frame_marker < frame_read, "3.{minor}");
+            let name_at = l.code_qualname.unwrap_or(l.code_name);
+            let span = (name_at + 8).saturating_sub(l.code_filename);
+            assert!((16..=32).contains(&span), "3.{minor}: {span}");
+            assert_ne!(l.frame_code, l.frame_back, "3.{minor}");
         }
         assert!(Layout::for_version(3, 7).is_none());
         assert!(Layout::for_version(3, 13).is_none());

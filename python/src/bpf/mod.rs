@@ -44,7 +44,7 @@ const ENTRY: usize = 32;
 /// A record's bytes.
 pub const RECORD_LEN: usize = HEAD + MAX_BPF_FRAMES * ENTRY;
 /// Bytes of a frame read at once: every field the walk needs, in every layout.
-const FRAME_READ: i32 = 112;
+pub(crate) const FRAME_READ: i32 = 112;
 /// Where the frame read goes on the program's stack.
 const FRAME_AT: i16 = -128;
 /// Where the code object's file name and name pointers go (at most 32
