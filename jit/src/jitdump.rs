@@ -30,7 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use linux_perf_data::jitdump::{
-    JitCodeLoadRecord, JitCodeMoveRecord, JitDumpReader, JitDumpRecordHeader, JitDumpRecordType,
+    JitCodeLoadRecord, JitCodeMoveRecord, JitDumpRawRecord, JitDumpReader, JitDumpRecordHeader,
+    JitDumpRecordType,
 };
 
 use crate::open::{self, OpenError, Rules};
@@ -286,14 +287,33 @@ impl JitDump {
         if self.following.is_none() && !self.start()? {
             return Ok(());
         }
+        let Some(mut f) = self.following.take() else {
+            return Ok(());
+        };
+        match self.read_records(&mut f, since) {
+            Ok(true) => {
+                self.stats.closed = true;
+                self.stopped = true;
+                Ok(())
+            }
+            Ok(false) => {
+                self.following = Some(f);
+                self.check_size()
+            }
+            Err(e) => {
+                self.following = Some(f);
+                Err(e)
+            }
+        }
+    }
+
+    /// Takes the whole records `f` has now; true once the dump is closed.
+    fn read_records(&mut self, f: &mut Following, since: u64) -> Result<bool, Error> {
         loop {
-            let Some(f) = self.following.as_mut() else {
-                return Ok(());
-            };
             let offset = f.reader.next_record_offset();
             let header = match f.reader.next_record_header() {
                 Ok(Some(h)) => h,
-                Ok(None) => break,
+                Ok(None) => return Ok(false),
                 Err(e) => return Err(self.io(e)),
             };
             if header.total_size < JitDumpRecordHeader::SIZE as u32
@@ -307,58 +327,62 @@ impl JitDump {
             }
             let record = match f.reader.next_record() {
                 Ok(Some(r)) => r,
-                Ok(None) => break,
+                Ok(None) => return Ok(false),
                 Err(e) => return Err(self.io(e)),
             };
             let time = match self.clock {
                 Some(Clock::Monotonic) => record.timestamp,
                 _ => since,
             };
-            let body = record.body;
-            let endian = record.endian;
-            match record.record_type {
-                JitDumpRecordType::JIT_CODE_LOAD => match JitCodeLoadRecord::parse(endian, body) {
-                    Ok(r) => {
-                        let size = r.code_bytes.len() as u64;
-                        let name =
-                            String::from_utf8_lossy(&r.function_name.as_slice()).into_owned();
-                        let (start, index) = (r.code_addr, r.code_index);
-                        self.add_load(start, size, time, name, index);
-                    }
-                    Err(_) => self.stats.skipped += 1,
-                },
-                JitDumpRecordType::JIT_CODE_MOVE => match JitCodeMoveRecord::parse(endian, body) {
-                    Ok(r) => self.add_move(&r, time),
-                    Err(_) => self.stats.skipped += 1,
-                },
-                JitDumpRecordType::JIT_CODE_DEBUG_INFO => {
-                    let bytes = body.as_slice();
-                    match parse_debug(&bytes, &mut self.files, &mut self.file_ids) {
-                        Some(d) => {
-                            self.pending_lines = Some(d);
-                            self.stats.debug_infos += 1;
-                        }
-                        None => self.stats.skipped += 1,
-                    }
-                }
-                JitDumpRecordType::JIT_CODE_UNWINDING_INFO => {
-                    match parse_unwind(&body.as_slice()) {
-                        Some(u) => {
-                            self.stats.unwind_infos += u64::from(u.is_some());
-                            self.pending_unwind = u;
-                        }
-                        None => self.stats.skipped += 1,
-                    }
-                }
-                JitDumpRecordType::JIT_CODE_CLOSE => {
-                    self.stats.closed = true;
-                    self.stopped = true;
-                    self.following = None;
-                    return Ok(());
-                }
-                _ => self.stats.skipped += 1,
+            if self.take(&record, time) {
+                return Ok(true);
             }
         }
+    }
+
+    /// Takes one record (stamped `time`): a load, a move, or the debug or
+    /// unwind information of the next load; true at the dump's close.
+    fn take(&mut self, record: &JitDumpRawRecord<'_>, time: u64) -> bool {
+        let (body, endian) = (record.body, record.endian);
+        match record.record_type {
+            JitDumpRecordType::JIT_CODE_LOAD => match JitCodeLoadRecord::parse(endian, body) {
+                Ok(r) => {
+                    let size = r.code_bytes.len() as u64;
+                    let name = String::from_utf8_lossy(&r.function_name.as_slice()).into_owned();
+                    let (start, index) = (r.code_addr, r.code_index);
+                    self.add_load(start, size, time, name, index);
+                }
+                Err(_) => self.stats.skipped += 1,
+            },
+            JitDumpRecordType::JIT_CODE_MOVE => match JitCodeMoveRecord::parse(endian, body) {
+                Ok(r) => self.add_move(&r, time),
+                Err(_) => self.stats.skipped += 1,
+            },
+            JitDumpRecordType::JIT_CODE_DEBUG_INFO => {
+                let bytes = body.as_slice();
+                match parse_debug(&bytes, &mut self.files, &mut self.file_ids) {
+                    Some(d) => {
+                        self.pending_lines = Some(d);
+                        self.stats.debug_infos += 1;
+                    }
+                    None => self.stats.skipped += 1,
+                }
+            }
+            JitDumpRecordType::JIT_CODE_UNWINDING_INFO => match parse_unwind(&body.as_slice()) {
+                Some(u) => {
+                    self.stats.unwind_infos += u64::from(u.is_some());
+                    self.pending_unwind = u;
+                }
+                None => self.stats.skipped += 1,
+            },
+            JitDumpRecordType::JIT_CODE_CLOSE => return true,
+            _ => self.stats.skipped += 1,
+        }
+        false
+    }
+
+    /// The file grown past its limit is refused (read no further).
+    fn check_size(&self) -> Result<(), Error> {
         let size = match &self.following {
             Some(f) => f.file.metadata().map_err(|e| self.io(e))?.len(),
             None => 0,
