@@ -59,56 +59,83 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         Summary::read(BufReader::new(&mut file)).with_context(|| label.display().to_string())?;
     file.seek(SeekFrom::Start(0))?;
     let missing = missing_names(&mut file, &s, kind, a.kallsyms.is_some());
-    let m = &s.metadata;
     if a.json {
-        let v = json!({
-            "schema": "flamerec-info/1",
-            "format": kind.name(),
-            "complete": s.complete,
-            "samples": s.samples,
-            "lost_samples": s.lost_samples,
-            "lost_per_cpu": s.lost_per_cpu.iter().map(|&(cpu, n)| json!({"cpu": cpu, "lost": n})).collect::<Vec<_>>(),
-            "lost_while_recorder_waited": s.lost_starved,
-            "longest_read_gap": s.longest_read_gap,
-            "read_gap_before_loss": s.read_gap_before_loss,
-            "duration_s": s.duration_s,
-            "event": m.event,
-            "frequency_hz": m.frequency_hz,
-            "call_graph": m.call_graph,
-            "command": m.command,
-            "window": m.window,
-            "host": m.host,
-            "kernel_release": m.kernel_release,
-            "processes": s.processes,
-            "threads": s.threads,
-            "bytes": s.bytes,
-            "truncated_stacks": s.truncated_stacks,
-            "completed_stacks": s.completed_stacks,
-            "user_stacks": s.user_stacks(),
-            "deferred": {
-                "stitched": s.deferred_stitched,
-                "unmatched_samples": s.deferred_unmatched_samples,
-                "orphan_records": s.deferred_orphan_records,
-                "unmatched_cookies": s.unmatched_cookies(),
-            },
-            "symbols": s.names.as_str(),
-            "named_frames": s.named_frames,
-            "python": s.python,
-            "jit_frames": s.jit_frames,
-            "containers": s.containers.iter().map(|c| json!({
-                "container": c.label,
-                "runtime": c.runtime,
-                "id": c.id,
-                "processes": c.processes,
-                "samples": c.samples,
-            })).collect::<Vec<_>>(),
-            "missing": missing,
-            "warnings": warnings,
-        });
-        writeln!(w, "{v}")?;
-        w.flush()?;
-        return Ok(ExitCode::SUCCESS);
+        writeln!(w, "{}", info_json(kind, &s, &missing, &warnings))?;
+    } else {
+        write_recording(&mut w, kind, &label, &s)?;
+        write_stacks(&mut w, &s)?;
+        write_contents(&mut w, &s)?;
+        write_names(&mut w, kind, &s, &missing)?;
+        for warning in &warnings {
+            writeln!(w, "warning:    {warning}")?;
+        }
     }
+    w.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `flamerec-info/1` object.
+fn info_json(
+    kind: InputKind,
+    s: &Summary,
+    missing: &[String],
+    warnings: &[String],
+) -> serde_json::Value {
+    let m = &s.metadata;
+    json!({
+        "schema": "flamerec-info/1",
+        "format": kind.name(),
+        "complete": s.complete,
+        "samples": s.samples,
+        "lost_samples": s.lost_samples,
+        "lost_per_cpu": s.lost_per_cpu.iter().map(|&(cpu, n)| json!({"cpu": cpu, "lost": n})).collect::<Vec<_>>(),
+        "lost_while_recorder_waited": s.lost_starved,
+        "longest_read_gap": s.longest_read_gap,
+        "read_gap_before_loss": s.read_gap_before_loss,
+        "duration_s": s.duration_s,
+        "event": m.event,
+        "frequency_hz": m.frequency_hz,
+        "call_graph": m.call_graph,
+        "command": m.command,
+        "window": m.window,
+        "host": m.host,
+        "kernel_release": m.kernel_release,
+        "processes": s.processes,
+        "threads": s.threads,
+        "bytes": s.bytes,
+        "truncated_stacks": s.truncated_stacks,
+        "completed_stacks": s.completed_stacks,
+        "user_stacks": s.user_stacks(),
+        "deferred": {
+            "stitched": s.deferred_stitched,
+            "unmatched_samples": s.deferred_unmatched_samples,
+            "orphan_records": s.deferred_orphan_records,
+            "unmatched_cookies": s.unmatched_cookies(),
+        },
+        "symbols": s.names.as_str(),
+        "named_frames": s.named_frames,
+        "python": s.python,
+        "jit_frames": s.jit_frames,
+        "containers": s.containers.iter().map(|c| json!({
+            "container": c.label,
+            "runtime": c.runtime,
+            "id": c.id,
+            "processes": c.processes,
+            "samples": c.samples,
+        })).collect::<Vec<_>>(),
+        "missing": missing,
+        "warnings": warnings,
+    })
+}
+
+/// The file, its state, the command, the event and how many samples.
+fn write_recording(
+    w: &mut impl Write,
+    kind: InputKind,
+    label: &Path,
+    s: &Summary,
+) -> io::Result<()> {
+    let m = &s.metadata;
     let state = match &s.damage {
         None if s.complete => "complete".to_string(),
         Some(d) => format!("incomplete: {d}"),
@@ -158,6 +185,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             s.lost_samples.saturating_sub(s.lost_starved)
         )?;
     }
+    Ok(())
+}
+
+/// How user stacks were taken, and how many were cut or completed.
+fn write_stacks(w: &mut impl Write, s: &Summary) -> io::Result<()> {
+    let m = &s.metadata;
     let how = match s.user_stacks() {
         "deferred" => format!(
             "deferred (frame pointers walked by the kernel on return to user space): {} samples joined by cookie, {} unmatched cookies ({} samples whose user part never came, {} user parts whose samples were lost)",
@@ -189,6 +222,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if unit != "samples" {
         writeln!(w, "weight:     {} {unit}", s.weight)?;
     }
+    Ok(())
+}
+
+/// The weight, processes and threads, containers, JIT frames and CPythons.
+fn write_contents(w: &mut impl Write, s: &Summary) -> io::Result<()> {
     writeln!(w, "processes:  {}, threads: {}", s.processes, s.threads)?;
     for c in &s.containers {
         let what = if c.id.is_empty() {
@@ -228,6 +266,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             py.samples_native_only
         )?;
     }
+    Ok(())
+}
+
+/// What names the file holds, the window, where it was recorded, and what
+/// is missing to name its frames.
+fn write_names(
+    w: &mut impl Write,
+    kind: InputKind,
+    s: &Summary,
+    missing: &[String],
+) -> io::Result<()> {
+    let m = &s.metadata;
     let names = match (s.names, &s.names_damage) {
         (_, Some(why)) => format!("partial: the names section is {why}"),
         (NamesState::Embedded, None) => "embedded".to_string(),
@@ -260,7 +310,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         "recorded:   on {} (Linux {}) by {by}",
         m.host, m.kernel_release
     )?;
-    match missing.as_slice() {
+    match missing {
         [] => writeln!(w, "missing:    nothing to name its frames")?,
         [one, rest @ ..] => {
             writeln!(w, "missing:    {one}")?;
@@ -269,11 +319,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    for warning in &warnings {
-        writeln!(w, "warning:    {warning}")?;
-    }
-    w.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// A file or an in-memory recording.
