@@ -262,6 +262,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     for w in &summary.warnings {
         eprintln!("flamerec: warning: {w}");
     }
+    eprintln!("flamerec: {}", summary_line(&summary));
+    if let Some(svg) = &a.svg {
+        super::fold::write_svg_of(&a.output, svg, None)?;
+        eprintln!("flamerec: wrote {}", svg.display());
+    }
+    Ok(match summary.exit {
+        Some(WaitStatus::Exited(c)) => ExitCode::from(c as u8),
+        Some(WaitStatus::Signaled(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
+        // Stopped by a second Ctrl-C while the command still ran.
+        None => match summary.stopped_by {
+            Some(s) => ExitCode::from(128u8.wrapping_add(s as u8)),
+            None => ExitCode::SUCCESS,
+        },
+    })
+}
+
+/// The one line that sums a recording up: samples, losses, processes,
+/// the file, names embedded, the recorder's own CPU and its reader threads.
+fn summary_line(summary: &flamerec_record::RecordSummary) -> String {
     let per_sample = if summary.samples > 0 {
         format!(
             ", {:.1} B/sample",
@@ -288,8 +307,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         ),
         None => String::new(),
     };
-    eprintln!(
-        "flamerec: {} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}{own_cpu}{readers}",
+    format!(
+        "{} samples, {} lost, {} processes, {} threads, {:.2} s → {} ({}{per_sample}){names}{own_cpu}{readers}",
         summary.samples,
         summary.lost,
         summary.processes,
@@ -305,20 +324,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             ),
             None => String::new(),
         },
-    );
-    if let Some(svg) = &a.svg {
-        super::fold::write_svg_of(&a.output, svg, None)?;
-        eprintln!("flamerec: wrote {}", svg.display());
-    }
-    Ok(match summary.exit {
-        Some(WaitStatus::Exited(c)) => ExitCode::from(c as u8),
-        Some(WaitStatus::Signaled(s)) => ExitCode::from(128u8.wrapping_add(s as u8)),
-        // Stopped by a second Ctrl-C while the command still ran.
-        None => match summary.stopped_by {
-            Some(s) => ExitCode::from(128u8.wrapping_add(s as u8)),
-            None => ExitCode::SUCCESS,
-        },
-    })
+    )
 }
 
 /// `--ring-readers`: auto, off, or a number of threads (1–1024).
