@@ -307,47 +307,8 @@ impl Layout {
         let mut b = Bytes { b: body, pos: 0 };
         Some(match ty {
             rt::SAMPLE => PerfRecord::Sample(self.sample(&mut b)?),
-            rt::MMAP2 | rt::MMAP => {
-                let pid = b.u32()?;
-                let _tid = b.u32()?;
-                let addr = b.u64()?;
-                let len = b.u64()?;
-                let pgoff = b.u64()?;
-                let mut build_id = None;
-                if ty == rt::MMAP2 {
-                    let ids = b.take(24)?;
-                    if misc & MISC_MMAP_BUILD_ID != 0 {
-                        let n = (ids[0] as usize).min(20);
-                        build_id = Some(&ids[4..4 + n]);
-                    }
-                    let _prot = b.u32()?;
-                    let _flags = b.u32()?;
-                }
-                let rest = &body[b.pos..body.len().saturating_sub(self.trailer_len())];
-                let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-                PerfRecord::Mmap {
-                    pid,
-                    addr,
-                    len,
-                    pgoff,
-                    build_id,
-                    filename: std::str::from_utf8(&rest[..end]).unwrap_or("[invalid path]"),
-                    time: self.trailer_time(body),
-                }
-            }
-            rt::COMM => {
-                let pid = b.u32()?;
-                let tid = b.u32()?;
-                let rest = &body[b.pos..body.len().saturating_sub(self.trailer_len())];
-                let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
-                PerfRecord::Comm {
-                    pid,
-                    tid,
-                    name: std::str::from_utf8(&rest[..end]).unwrap_or("[invalid name]"),
-                    exec: misc & MISC_COMM_EXEC != 0,
-                    time: self.trailer_time(body),
-                }
-            }
+            rt::MMAP2 | rt::MMAP => self.mmap(ty == rt::MMAP2, misc, body)?,
+            rt::COMM => self.comm(misc, body)?,
             rt::FORK | rt::EXIT => PerfRecord::Task {
                 exit: ty == rt::EXIT,
                 pid: b.u32()?,
@@ -397,6 +358,53 @@ impl Layout {
                 }
             }
             _ => PerfRecord::Other,
+        })
+    }
+
+    /// An MMAP or MMAP2 (`mmap2`) record.
+    fn mmap<'a>(&self, mmap2: bool, misc: u16, body: &'a [u8]) -> Option<PerfRecord<'a>> {
+        let mut b = Bytes { b: body, pos: 0 };
+        let pid = b.u32()?;
+        let _tid = b.u32()?;
+        let addr = b.u64()?;
+        let len = b.u64()?;
+        let pgoff = b.u64()?;
+        let mut build_id = None;
+        if mmap2 {
+            let ids = b.take(24)?;
+            if misc & MISC_MMAP_BUILD_ID != 0 {
+                let n = (ids[0] as usize).min(20);
+                build_id = Some(&ids[4..4 + n]);
+            }
+            let _prot = b.u32()?;
+            let _flags = b.u32()?;
+        }
+        let rest = &body[b.pos..body.len().saturating_sub(self.trailer_len())];
+        let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+        Some(PerfRecord::Mmap {
+            pid,
+            addr,
+            len,
+            pgoff,
+            build_id,
+            filename: std::str::from_utf8(&rest[..end]).unwrap_or("[invalid path]"),
+            time: self.trailer_time(body),
+        })
+    }
+
+    /// A COMM record (`exec` when the name came with an exec).
+    fn comm<'a>(&self, misc: u16, body: &'a [u8]) -> Option<PerfRecord<'a>> {
+        let mut b = Bytes { b: body, pos: 0 };
+        let pid = b.u32()?;
+        let tid = b.u32()?;
+        let rest = &body[b.pos..body.len().saturating_sub(self.trailer_len())];
+        let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+        Some(PerfRecord::Comm {
+            pid,
+            tid,
+            name: std::str::from_utf8(&rest[..end]).unwrap_or("[invalid name]"),
+            exec: misc & MISC_COMM_EXEC != 0,
+            time: self.trailer_time(body),
         })
     }
 
