@@ -140,7 +140,12 @@ impl<W: io::Write> Converter<W> {
             return None;
         }
         let end = m.start.saturating_add(m.len);
-        let module = Module::mapped(m.path, m.build_id);
+        let mut module = Module::mapped(m.path, m.build_id);
+        // A file found for memory without one at its path (an executable
+        // run from a memfd) makes the mapping that file's image.
+        if m.read_from.is_some() {
+            module.kind = ModuleKind::File;
+        }
         let kind = module.kind;
         let id = self.writer.module(&module);
         if !self

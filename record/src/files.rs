@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use flamerec_format::{Module, ModuleKind};
@@ -68,8 +68,10 @@ impl ProcessFiles {
         path: &str,
         build_id: &[u8],
     ) -> Option<Reached> {
-        // Anonymous memory (`//anon`), `[vdso]` and other pseudo paths.
-        if Module::mapped(path, &[]).kind != ModuleKind::File {
+        // Anonymous memory (`//anon`), `[vdso]` and other pseudo paths; a
+        // memfd may hold an executable run from it (as container runtimes
+        // run their own binary), read like any file when it is an ELF image.
+        if Module::mapped(path, &[]).kind != ModuleKind::File && !is_memfd(path) {
             return None;
         }
         let key = (path.to_string(), build_id.to_vec());
@@ -125,6 +127,11 @@ impl ProcessFiles {
         if let Some(r) = self.held.get(&id) {
             return wanted(&r.build_id).then(|| r.clone());
         }
+        // Code a runtime wrote into a memfd (JIT code, double-mapped) is no
+        // ELF image: it stays anonymous memory.
+        if is_memfd(path) && !is_elf(&file) {
+            return None;
+        }
         let fd_path = fd_path(&file);
         let file_id = flamerec_symbolize::build_id_of(&fd_path).unwrap_or_default();
         // A record read after its process exec'd: the range (or the path)
@@ -168,6 +175,17 @@ impl ProcessFiles {
         self.roots.insert(id, p.clone());
         Some(p)
     }
+}
+
+/// Whether `file` starts as an ELF file does.
+fn is_elf(file: &File) -> bool {
+    let mut magic = [0u8; 4];
+    file.read_exact_at(&mut magic, 0).is_ok() && magic == *b"\x7fELF"
+}
+
+/// A memfd's mapping (`/memfd:NAME (deleted)`).
+fn is_memfd(path: &str) -> bool {
+    path.starts_with("/memfd:")
 }
 
 /// The path that reopens a descriptor this process holds.

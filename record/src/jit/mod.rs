@@ -120,11 +120,13 @@ fn as_seen_by(pid: u32, path: &str) -> PathBuf {
 const MAX_UNNAMED: usize = 1 << 16;
 
 impl JitNames {
-    /// An executable mapping of `pid` (a record or a line of /proc/PID/maps).
+    /// An executable mapping of `pid` (a record or a line of /proc/PID/maps)
+    /// of `path`; `image` when a file was found for it (then memory without
+    /// a file at its path, a memfd, is an executable's image, not JIT code).
     pub(crate) fn mapping(
         &mut self,
         pid: u32,
-        path: &str,
+        (path, image): (&str, bool),
         range: Range<u64>,
         now: u64,
         mut u: Option<&mut StackUnwinder>,
@@ -143,7 +145,7 @@ impl JitNames {
                 };
                 s.dumps.push((JitDump::new(path, rules), 0));
             }
-        } else if Module::mapped(path, &[]).kind == ModuleKind::Anonymous {
+        } else if !image && Module::mapped(path, &[]).kind == ModuleKind::Anonymous {
             self.follow(pid);
             if self.cpython.contains(&pid) {
                 if let Some(u) = u.as_deref_mut() {

@@ -285,9 +285,11 @@ impl<W: io::Write> State<W> {
                 seen.insert(path.rsplit('/').next().unwrap_or(path).to_string());
             }
         }
+        // A memfd read as the executable it holds is no JIT code.
+        let image = reached.is_some();
         self.jit.mapping(
             pid,
-            path,
+            (path, image),
             range,
             sys::monotonic_ns(),
             self.conv.unwinder_mut(),
