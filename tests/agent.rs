@@ -25,8 +25,7 @@ use serde_json::Value;
 
 use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
-
-const SKIP: &str = "FLAMEREC_SKIP_COLLECTOR_TESTS";
+use flamerec_testkit::{skip_or_fail, SKIP_COLLECTOR};
 
 /// The receiver, built when missing; `None` when it cannot be and the
 /// skip variable is set.
@@ -37,18 +36,18 @@ pub(crate) fn receiver() -> Option<PathBuf> {
         PathBuf::from,
     );
     let built = Command::new(&script).arg(&dest).output();
-    match built {
-        Ok(o) if o.status.success() => Some(dest),
-        _ if std::env::var(SKIP).as_deref() == Ok("1") => {
-            eprintln!("skipped ({SKIP}=1): the OTLP receiver could not be built");
-            None
-        }
-        Ok(o) => panic!(
-            "tests/otelcol/build failed (set {SKIP}=1 to skip): {}",
+    let why = match built {
+        Ok(o) if o.status.success() => return Some(dest),
+        Ok(o) => format!(
+            "the OTLP receiver could not be built: tests/otelcol/build failed: {}",
             String::from_utf8_lossy(&o.stderr)
         ),
-        Err(e) => panic!("cannot run tests/otelcol/build (set {SKIP}=1 to skip): {e}"),
-    }
+        Err(e) => {
+            format!("the OTLP receiver could not be built: cannot run tests/otelcol/build: {e}")
+        }
+    };
+    skip_or_fail(SKIP_COLLECTOR, why);
+    None
 }
 
 /// A free loopback port (bound, then let go).

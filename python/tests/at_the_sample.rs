@@ -15,6 +15,7 @@ use flamerec_bpf::RingBuffer;
 use flamerec_perf::sys::{self, Counter, EventConfig};
 use flamerec_python::bpf::{Record, WalkerMaps};
 use flamerec_python::{CodeInfo, Interpreter, Process};
+use flamerec_testkit::{skip_or_fail, SKIP_BPF};
 
 mod common;
 use common::{interpreters, missing_versions};
@@ -70,12 +71,12 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
             .unwrap_or_else(|| panic!("{what}: no state for the main thread"));
         let mut maps = match WalkerMaps::new(4, 64) {
             Ok(m) => m,
-            Err(e) if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") => {
-                eprintln!("skipped (FLAMEREC_SKIP_BPF_TESTS=1): {e}");
-                return;
-            }
             Err(e) => {
-                panic!("BPF is not usable here, so this test cannot run (as root it is): {e}")
+                skip_or_fail(
+                    SKIP_BPF,
+                    format!("BPF is not usable here, so this test cannot run (as root it is): {e}"),
+                );
+                return;
             }
         };
         let index = maps

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use flamerec_perf::procfs::{self, TaskStat};
 use flamerec_samples::{build, frame_is, FramePointers, Sample};
+use flamerec_testkit::{skip_or_fail, SKIP_BPF, SKIP_PERF};
 
 /// The binary under test. Its HOME is a directory of the test build, so
 /// fold's default symbol cache never touches the user's.
@@ -102,11 +103,11 @@ pub fn record_in(cwd: Option<&Path>, out: &Path, extra: &[&str], cmd: &[&str]) -
     drop(running);
     let err = stderr(&o);
     if err.contains("perf_event_open") {
-        if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
-            return None;
-        }
-        panic!("perf_event_open is not usable here, so this test cannot record: {err}");
+        skip_or_fail(
+            SKIP_PERF,
+            format!("perf_event_open is not usable here, so this test cannot record: {err}"),
+        );
+        return None;
     }
     Some(o)
 }
@@ -201,16 +202,13 @@ pub fn runtime(name: &str, skip_var: &str) -> Option<PathBuf> {
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     });
-    match found {
-        Some(p) => Some(p),
-        None if std::env::var(skip_var).as_deref() == Ok("1") => {
-            eprintln!("skipped ({skip_var}=1): {name} is not on PATH");
-            None
-        }
-        None => {
-            panic!("{name} is not on PATH, so this test cannot run it (set {skip_var}=1 to skip)")
-        }
+    if found.is_none() {
+        skip_or_fail(
+            skip_var,
+            format!("{name} is not on PATH, so this test cannot run it"),
+        );
     }
+    found
 }
 
 /// CPython 3.`minor` (pyenv's build under `$PYENV_ROOT` or `~/.pyenv`,
@@ -454,10 +452,11 @@ pub fn bpf_usable() -> bool {
     if is_root() {
         return true;
     }
-    if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
-        return false;
-    }
-    panic!("Python frames are read with BPF, which needs root: run the tests as root or set FLAMEREC_SKIP_BPF_TESTS=1");
+    skip_or_fail(
+        SKIP_BPF,
+        "Python frames are read with BPF, which needs root: run the tests as root",
+    );
+    false
 }
 
 /// Compiles C with the system's gcc in `dir` (`args` as gcc takes them);

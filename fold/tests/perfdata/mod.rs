@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flamerec_fold::{fold_recording, FoldOptions};
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 
 use crate::support::folded;
 
@@ -23,12 +24,11 @@ __attribute__((noinline)) void pd_gamma(void) { spin(20000000); }
 int main(void) { for (int r = 0; r < 8; r++) { pd_alpha(); pd_beta(); pd_gamma(); } return 0; }
 "#;
 
+/// The skip rule: `true` (said on stderr) under FLAMEREC_SKIP_PERF_TESTS=1,
+/// else a failure naming `why`.
 fn skip(why: &str) -> bool {
-    if std::env::var_os("FLAMEREC_SKIP_PERF_TESTS").is_some_and(|v| v == "1") {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    panic!("{why} (set FLAMEREC_SKIP_PERF_TESTS=1 where perf events are unavailable)");
+    skip_or_fail(SKIP_PERF, why);
+    true
 }
 
 /// Leaf function shares in percent, from folded lines or `perf script`.
