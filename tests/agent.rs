@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
-use flamerec_testkit::{skip_or_fail, SKIP_COLLECTOR};
+use flamerec_testkit::{python, skip_or_fail, SKIP_COLLECTOR};
 
 /// The receiver, built when missing; `None` when it cannot be and the
 /// skip variable is set.
@@ -294,7 +294,7 @@ const PY_SPIN: &str = "import time\ndef agent_spin(secs):\n    t = time.time()\n
 fn agent_delivers_named_whole_windows_to_the_collectors_receiver() {
     let Some(rx) = receiver() else { return };
     let Some(_alone) = measuring() else { return };
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -806,7 +806,7 @@ impl Pushed {
 #[test]
 fn agent_pushes_valid_series_per_service_to_pyroscope() {
     let Some(_w) = workload() else { return };
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -853,7 +853,7 @@ const PY_WAIT: &str = "import time\ndef agent_wait(secs):\n    t = time.time()\n
 #[test]
 fn agent_pushes_off_cpu_time_to_pyroscope() {
     let Some(_w) = workload() else { return };
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
-use flamerec_testkit::{skip_or_fail, SKIP_CONTAINER};
+use flamerec_testkit::{python, skip_or_fail, SKIP_CONTAINER};
 
 /// cpu-mix's work units for the containers' programs: ≈ 7 s of CPU, more
 /// than any recording here lasts.
@@ -416,7 +416,7 @@ fn cpython_in_a_container_shows_its_python_frames() {
     if !bpf_usable() {
         return;
     }
-    let Some(python) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(python) = python(12) else {
         return;
     };
     let Some(_alone) = measuring() else {

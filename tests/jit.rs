@@ -24,10 +24,10 @@
 //! or a JDK (`javac`, `java`) is missing.
 
 use crate::common::{
-    bpf_usable, fold, info_json, measuring, python, record_in, remove_jit_files, runtime, share,
-    stderr, tmp,
+    bpf_usable, fold, info_json, measuring, record_in, remove_jit_files, runtime, share, stderr,
+    tmp,
 };
-use flamerec_testkit::{skip_or_fail, SKIP_JAVA, SKIP_NODE};
+use flamerec_testkit::{python, skip_or_fail, SKIP_JAVA, SKIP_NODE};
 
 /// No advice to add a perf flag: the run had one.
 fn no_setup_advice(o: &std::process::Output) {
@@ -142,12 +142,12 @@ type Stacks = Vec<(Vec<String>, u64)>;
 /// from `_start` through the 31 calls of `deep`. Returns the samples in
 /// `spin` and the recording's stderr.
 fn python_known_profile(
-    minor: u32,
+    minor: u8,
     flag: &str,
     extra: &[&str],
     is_fn: fn(&str, &str) -> bool,
 ) -> Option<(Stacks, String)> {
-    let py = python(minor, "FLAMEREC_SKIP_PYTHON_TESTS")?;
+    let py = python(minor)?;
     let _machine = measuring()?;
     let dir = tmp();
     let out = dir.path().join("py.frec");

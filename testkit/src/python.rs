@@ -72,9 +72,9 @@ pub fn pythons() -> Vec<(u8, PathBuf)> {
     found
 }
 
-/// The minor versions of `wanted` that none of `found` is.
-fn missing(found: &[(u8, PathBuf)], wanted: RangeInclusive<u8>) -> Vec<u8> {
-    wanted
+/// The minor versions of `required` that none of `found` is.
+fn missing(found: &[(u8, PathBuf)], required: RangeInclusive<u8>) -> Vec<u8> {
+    required
         .filter(|m| !found.iter().any(|(f, _)| f == m))
         .collect()
 }
@@ -88,24 +88,23 @@ fn names(minors: impl IntoIterator<Item = u8>) -> String {
         .join(", ")
 }
 
-/// The CPythons of `wanted` (minor versions of 3) present here, as
-/// [`pythons`] finds them, for a test that runs on each: where some are
-/// missing the test fails naming them, unless `FLAMEREC_SKIP_PYTHON_TESTS=1`
-/// — then the missing ones are said by name on stderr and the ones present
-/// are returned, to be tested still. With none present and the variable
-/// set, the list is empty and stderr says nothing is tested.
+/// The CPythons present here for a test that runs on each: every one
+/// [`pythons`] finds from 3.`required.start()` on (a newer one installed is
+/// tested too), where each minor version of `required` must be. Where some
+/// of those are missing the test fails naming them, unless
+/// `FLAMEREC_SKIP_PYTHON_TESTS=1` — then the missing ones are said by name
+/// on stderr and the ones present are returned, to be tested still. With
+/// none present and the variable set, the list is empty and stderr says
+/// nothing is tested.
 #[track_caller]
-pub fn pythons_or_skip(wanted: RangeInclusive<u8>) -> Vec<(u8, PathBuf)> {
-    assert!(!wanted.is_empty(), "no versions wanted: {wanted:?}");
-    let found: Vec<(u8, PathBuf)> = pythons()
-        .into_iter()
-        .filter(|(m, _)| wanted.contains(m))
-        .collect();
-    let missing = missing(&found, wanted.clone());
+pub fn pythons_or_skip(required: RangeInclusive<u8>) -> Vec<(u8, PathBuf)> {
+    assert!(!required.is_empty(), "no versions required: {required:?}");
+    let (first, last) = (*required.start(), *required.end());
+    let found: Vec<(u8, PathBuf)> = pythons().into_iter().filter(|(m, _)| *m >= first).collect();
+    let missing = missing(&found, required);
     if missing.is_empty() {
         return found;
     }
-    let (first, last) = (wanted.start(), wanted.end());
     skip_or_fail(
         SKIP_PYTHON,
         format!(

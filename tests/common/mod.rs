@@ -211,49 +211,6 @@ pub fn runtime(name: &str, skip_var: &str) -> Option<PathBuf> {
     found
 }
 
-/// CPython 3.`minor` (pyenv's build under `$PYENV_ROOT` or `~/.pyenv`,
-/// else `python3.minor` on PATH when it runs), or `None` when there is none
-/// and `skip_var` is `1`; a missing one fails the test naming the cause.
-pub fn python(minor: u32, skip_var: &str) -> Option<PathBuf> {
-    let name = format!("python3.{minor}");
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
-    let pyenv = root.and_then(|r| {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(r.join("versions"))
-            .ok()?
-            .filter_map(|e| Some(e.ok()?.path().join("bin").join(&name)))
-            .filter(|p| p.is_file())
-            .collect();
-        found.sort();
-        found.pop()
-    });
-    // A pyenv shim on PATH runs only where that version is selected.
-    let runs = |p: &PathBuf| {
-        Command::new(p)
-            .args(["-c", "pass"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let on_path = || {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(&name))
-                .find(|p| p.is_file() && runs(p))
-        })
-    };
-    match pyenv.filter(runs).or_else(on_path) {
-        Some(p) => Some(p),
-        None if std::env::var(skip_var).as_deref() == Ok("1") => {
-            eprintln!("skipped ({skip_var}=1): no {name} that runs");
-            None
-        }
-        None => panic!(
-            "no {name} here (pyenv or PATH), so this test cannot run it (set {skip_var}=1 to skip)"
-        ),
-    }
-}
-
 /// Removes what JIT runtimes wrote for the processes of recording `out`:
 /// `/tmp/perf-PID.map`, and `jit-PID.dump` in `dumps` (their working
 /// directory). Folding after this shows the names the recording embeds.
