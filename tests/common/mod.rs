@@ -127,19 +127,10 @@ pub fn fold(path: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
 /// Folded stacks, root first, with their counts.
 pub type Stacks = Vec<(Vec<String>, u64)>;
 
-/// Parses folded text (`frame;frame COUNT` lines): the one parser of the
-/// tests. A line that is not `stack count` fails the test.
-pub fn parse_folded(text: &str) -> Stacks {
-    text.lines()
-        .map(|l| {
-            let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
-            (
-                stack.split(';').map(str::to_owned).collect(),
-                count.parse().expect("count"),
-            )
-        })
-        .collect()
-}
+/// Parses folded text (`frame;frame COUNT` lines) with the input layer's
+/// own parser (through the test kit): distinct stacks, sorted, their
+/// frames root first. A line it rejects fails the test.
+pub use flamerec_testkit::folded::frames as parse_folded;
 
 /// Runs `flamerec ARGS` with `input` on its standard input.
 pub fn flamerec_stdin(args: &[&str], input: &[u8]) -> Output {

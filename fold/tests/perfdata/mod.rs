@@ -71,16 +71,13 @@ fn perf_script_leaves(text: &str) -> HashMap<String, u64> {
 
 fn flamerec_leaves(folded_text: &str) -> HashMap<String, u64> {
     let mut leaves = HashMap::new();
-    for line in folded_text.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let leaf = stack.rsplit(';').next().unwrap_or(stack);
+    for (stack, count) in flamerec_testkit::folded::stacks(folded_text) {
+        let leaf = stack.rsplit(';').next().unwrap_or(&stack);
         let leaf = match leaf.rfind("+0x") {
             Some(i) => format!("{}+?", &leaf[..i]),
             None => leaf.to_string(),
         };
-        *leaves.entry(leaf).or_insert(0) += count.parse::<u64>().unwrap_or(0);
+        *leaves.entry(leaf).or_insert(0) += count;
     }
     leaves
 }
@@ -126,10 +123,12 @@ fn record(dir: &Path, cflags: &[&str], perf_args: &[&str]) -> Option<PathBuf> {
 
 /// Share of the total under `main;F` as the leaf, for each of the three functions.
 fn split_under_main(text: &str, total: u64) -> [f64; 3] {
+    let stacks = flamerec_testkit::folded::stacks(text);
     ["pd_alpha", "pd_beta", "pd_gamma"].map(|f| {
-        text.lines()
-            .filter(|l| l.contains(&format!("main;{f} ")))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        stacks
+            .iter()
+            .filter(|(s, _)| s.ends_with(&format!("main;{f}")))
+            .map(|(_, n)| n)
             .sum::<u64>() as f64
             * 100.0
             / total.max(1) as f64
