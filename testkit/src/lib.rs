@@ -6,7 +6,7 @@
 //!   part fails with the cause, unless its documented skip variable
 //!   (`FLAMEREC_SKIP_*_TESTS`, see README.md) is `1`; then it says on
 //!   stderr what it skipped. Nothing is skipped silently.
-//! - The CPythons present ([`python`]): pyenv's and the system's, and a
+//! - The CPythons present ([`mod@python`]): pyenv's and the system's, and a
 //!   test that runs on each of a range of versions runs on every one
 //!   present, the missing ones skipped by name ([`python::pythons_or_skip`]).
 //! - Folded text read by the input layer's own parser ([`folded`]).

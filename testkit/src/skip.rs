@@ -8,7 +8,7 @@ pub const SKIP_PERF: &str = "FLAMEREC_SKIP_PERF_TESTS";
 /// Skips tests that load BPF programs (root, or CAP_BPF and CAP_PERFMON).
 pub const SKIP_BPF: &str = "FLAMEREC_SKIP_BPF_TESTS";
 /// Skips the CPythons a test needs that are not installed (see
-/// [`crate::python`]).
+/// [`mod@crate::python`]).
 pub const SKIP_PYTHON: &str = "FLAMEREC_SKIP_PYTHON_TESTS";
 /// Skips tests that run node.
 pub const SKIP_NODE: &str = "FLAMEREC_SKIP_NODE_TESTS";
