@@ -45,6 +45,7 @@ use crate::common::{
 };
 use flamerec_samples::{frame_is, FramePointers, Sample, ShareKind, TaskKind};
 use flamerec_samples::{ExpectedShare, TOLERANCE_PCT};
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 
 /// Largest total variation distance (0–1) allowed between flamerec's and perf's
 /// leaf-function distributions.
@@ -86,10 +87,6 @@ impl Mode {
     }
 }
 
-fn skipping() -> bool {
-    std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
-}
-
 /// Records `cmd` with flamerec; `None` when perf tests are skipped.
 fn record(out: &Path, what: &str, extra: &[&str], cmd: &[String]) -> Option<()> {
     let running = alone();
@@ -109,11 +106,11 @@ fn record(out: &Path, what: &str, extra: &[&str], cmd: &[String]) -> Option<()> 
 fn recorded(o: Output, what: &str) -> Option<()> {
     let err = stderr(&o);
     if err.contains("perf_event_open") || err.contains("perf_event_paranoid") {
-        if skipping() {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
-            return None;
-        }
-        panic!("perf_event_open is not usable here, so {what} cannot be recorded: {err}");
+        skip_or_fail(
+            SKIP_PERF,
+            format!("perf_event_open is not usable here, so {what} cannot be recorded: {err}"),
+        );
+        return None;
     }
     assert!(o.status.success(), "{what}: flamerec record failed: {err}");
     Some(())

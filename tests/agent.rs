@@ -25,8 +25,7 @@ use serde_json::Value;
 
 use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
-
-const SKIP: &str = "FLAMEREC_SKIP_COLLECTOR_TESTS";
+use flamerec_testkit::{python, skip_or_fail, SKIP_COLLECTOR};
 
 /// The receiver, built when missing; `None` when it cannot be and the
 /// skip variable is set.
@@ -37,18 +36,18 @@ pub(crate) fn receiver() -> Option<PathBuf> {
         PathBuf::from,
     );
     let built = Command::new(&script).arg(&dest).output();
-    match built {
-        Ok(o) if o.status.success() => Some(dest),
-        _ if std::env::var(SKIP).as_deref() == Ok("1") => {
-            eprintln!("skipped ({SKIP}=1): the OTLP receiver could not be built");
-            None
-        }
-        Ok(o) => panic!(
-            "tests/otelcol/build failed (set {SKIP}=1 to skip): {}",
+    let why = match built {
+        Ok(o) if o.status.success() => return Some(dest),
+        Ok(o) => format!(
+            "the OTLP receiver could not be built: tests/otelcol/build failed: {}",
             String::from_utf8_lossy(&o.stderr)
         ),
-        Err(e) => panic!("cannot run tests/otelcol/build (set {SKIP}=1 to skip): {e}"),
-    }
+        Err(e) => {
+            format!("the OTLP receiver could not be built: cannot run tests/otelcol/build: {e}")
+        }
+    };
+    skip_or_fail(SKIP_COLLECTOR, why);
+    None
 }
 
 /// A free loopback port (bound, then let go).
@@ -295,7 +294,7 @@ const PY_SPIN: &str = "import time\ndef agent_spin(secs):\n    t = time.time()\n
 fn agent_delivers_named_whole_windows_to_the_collectors_receiver() {
     let Some(rx) = receiver() else { return };
     let Some(_alone) = measuring() else { return };
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -807,7 +806,7 @@ impl Pushed {
 #[test]
 fn agent_pushes_valid_series_per_service_to_pyroscope() {
     let Some(_w) = workload() else { return };
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -854,7 +853,7 @@ const PY_WAIT: &str = "import time\ndef agent_wait(secs):\n    t = time.time()\n
 #[test]
 fn agent_pushes_off_cpu_time_to_pyroscope() {
     let Some(_w) = workload() else { return };
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();

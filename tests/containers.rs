@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::common::*;
 use flamerec_samples::{FramePointers, Sample};
-
-const SKIP: &str = "FLAMEREC_SKIP_CONTAINER_TESTS";
+use flamerec_testkit::{python, skip_or_fail, SKIP_CONTAINER};
 
 /// cpu-mix's work units for the containers' programs: ≈ 7 s of CPU, more
 /// than any recording here lasts.
@@ -44,14 +43,14 @@ impl Podman {
                 .is_ok_and(|o| o.status.success())
         });
         if let Some(tool) = missing {
-            if std::env::var(SKIP).as_deref() == Ok("1") {
-                eprintln!("skipped ({SKIP}=1): {tool} does not run here");
-                return None;
-            }
-            panic!(
-                "{tool} does not run here, so the container tests cannot start a container \
-                 (apt-get install podman runc; or set {SKIP}=1 to skip them)"
+            skip_or_fail(
+                SKIP_CONTAINER,
+                format!(
+                    "{tool} does not run here, so the container tests cannot start a container \
+                     (apt-get install podman runc)"
+                ),
             );
+            return None;
         }
         let conf = tmp();
         std::fs::write(
@@ -388,15 +387,14 @@ fn sid_root() -> Option<PathBuf> {
     if root.join(".flamerec-complete").is_file() {
         return Some(root);
     }
-    if std::env::var(SKIP).as_deref() == Ok("1") {
-        eprintln!("skipped ({SKIP}=1): no sid root at {}", root.display());
-        return None;
-    }
-    panic!(
-        "no sid root at {} (make it with tests/rootfs/make-sid-root, which needs mmdebstrap; \
-         or set {SKIP}=1 to skip)",
-        root.display()
+    skip_or_fail(
+        SKIP_CONTAINER,
+        format!(
+            "no sid root at {} (make it with tests/rootfs/make-sid-root, which needs mmdebstrap)",
+            root.display()
+        ),
     );
+    None
 }
 
 /// A directory holding `file` alone, to mount into a container.
@@ -418,7 +416,7 @@ fn cpython_in_a_container_shows_its_python_frames() {
     if !bpf_usable() {
         return;
     }
-    let Some(python) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(python) = python(12) else {
         return;
     };
     let Some(_alone) = measuring() else {

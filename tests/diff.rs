@@ -10,6 +10,7 @@ use std::process::Output;
 
 use crate::common::{compile_c, flamerec, sample_bin, stderr, tmp};
 use flamerec_samples::{FramePointers, Sample};
+use flamerec_testkit::folded;
 
 /// Records `cmd` into `out` with frame pointers; `None` when perf tests are skipped.
 ///
@@ -749,10 +750,9 @@ fn several_runs_fold_view_and_export_as_one_profile() {
     let sum = |args: &[&Path]| -> u64 {
         let o = flamerec().arg("fold").args(args).output().expect("fold");
         assert!(o.status.success(), "{}", stderr(&o));
-        String::from_utf8(o.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        folded::stacks(&String::from_utf8(o.stdout).unwrap())
+            .iter()
+            .map(|s| s.1)
             .sum()
     };
     let (sa, sb) = (sum(&[&a]), sum(&[&b]));

@@ -24,9 +24,10 @@
 //! or a JDK (`javac`, `java`) is missing.
 
 use crate::common::{
-    bpf_usable, fold, info_json, measuring, python, record_in, remove_jit_files, runtime, share,
-    stderr, tmp,
+    bpf_usable, fold, info_json, measuring, record_in, remove_jit_files, runtime, share, stderr,
+    tmp,
 };
+use flamerec_testkit::{python, skip_or_fail, SKIP_JAVA, SKIP_NODE};
 
 /// No advice to add a perf flag: the run had one.
 fn no_setup_advice(o: &std::process::Output) {
@@ -52,7 +53,7 @@ pub(crate) fn js_function(frame: &str) -> Option<&str> {
 /// writes its jitdump there), removes the runtime's files, folds per
 /// process, and checks names, shares and whole stacks.
 fn check(flag: &str) {
-    let Some(node) = runtime("node", "FLAMEREC_SKIP_NODE_TESTS") else {
+    let Some(node) = runtime("node", SKIP_NODE) else {
         return;
     };
     // Shares are measured: no other test's workload beside this one.
@@ -141,12 +142,12 @@ type Stacks = Vec<(Vec<String>, u64)>;
 /// from `_start` through the 31 calls of `deep`. Returns the samples in
 /// `spin` and the recording's stderr.
 fn python_known_profile(
-    minor: u32,
+    minor: u8,
     flag: &str,
     extra: &[&str],
     is_fn: fn(&str, &str) -> bool,
 ) -> Option<(Stacks, String)> {
-    let py = python(minor, "FLAMEREC_SKIP_PYTHON_TESTS")?;
+    let py = python(minor)?;
     let _machine = measuring()?;
     let dir = tmp();
     let out = dir.path().join("py.frec");
@@ -244,7 +245,7 @@ fn python_frames_are_shown_once_beside_perf_trampolines() {
 
 #[test]
 fn node_without_a_perf_flag_is_told_what_it_needs() {
-    let Some(node) = runtime("node", "FLAMEREC_SKIP_NODE_TESTS") else {
+    let Some(node) = runtime("node", SKIP_NODE) else {
         return;
     };
     let dir = tmp();
@@ -295,8 +296,8 @@ const JAVA_PROGRAM: &str = concat!(
 /// must come from the recording), its shares checked against 50/30/20 and
 /// its leaves named; `None` where Java is missing and skipped.
 fn java_known_profile(dir: &std::path::Path, flags: &[&str]) -> Option<serde_json::Value> {
-    let skip = "FLAMEREC_SKIP_JAVA_TESTS";
-    let (Some(javac), Some(java)) = (runtime("javac", skip), runtime("java", skip)) else {
+    let (Some(javac), Some(java)) = (runtime("javac", SKIP_JAVA), runtime("java", SKIP_JAVA))
+    else {
         return None;
     };
     let _machine = measuring()?;
@@ -377,7 +378,7 @@ const JITDUMP_AGENT: &str = concat!(
 /// Linux source).
 #[test]
 fn java_functions_are_named_from_a_jitdump_an_agent_writes() {
-    let Some(java) = runtime("java", "FLAMEREC_SKIP_JAVA_TESTS") else {
+    let Some(java) = runtime("java", SKIP_JAVA) else {
         return;
     };
     let home = std::fs::canonicalize(&java)
@@ -385,11 +386,16 @@ fn java_functions_are_named_from_a_jitdump_an_agent_writes() {
         .and_then(|j| Some(j.parent()?.parent()?.to_path_buf()))
         .expect("java's home (the directory above its bin/)");
     let include = home.join("include");
-    assert!(
-        include.join("jvmti.h").is_file(),
-        "no jvmti.h under {} (a JDK, not only a JRE, is needed; FLAMEREC_SKIP_JAVA_TESTS=1 skips)",
-        include.display()
-    );
+    if !include.join("jvmti.h").is_file() {
+        skip_or_fail(
+            SKIP_JAVA,
+            format!(
+                "no jvmti.h under {} (a JDK, not only a JRE, is needed)",
+                include.display()
+            ),
+        );
+        return;
+    }
     let dir = tmp();
     let source = std::fs::read_to_string(JITDUMP_AGENT).expect("read jitdump-agent.c");
     let (inc, inc_linux) = (
@@ -488,7 +494,7 @@ fn code_written_twice_at_one_address_is_named_by_the_load_in_force() {
 /// javac's own samples.
 #[test]
 fn javac_is_told_the_flags_in_its_own_spelling() {
-    let Some(javac) = runtime("javac", "FLAMEREC_SKIP_JAVA_TESTS") else {
+    let Some(javac) = runtime("javac", SKIP_JAVA) else {
         return;
     };
     let dir = tmp();
@@ -522,8 +528,8 @@ fn javac_is_told_the_flags_in_its_own_spelling() {
 /// than the largest there is (the default copy is it).
 #[test]
 fn java_without_frame_pointers_is_told_the_flag_that_keeps_them() {
-    let skip = "FLAMEREC_SKIP_JAVA_TESTS";
-    let (Some(javac), Some(java)) = (runtime("javac", skip), runtime("java", skip)) else {
+    let (Some(javac), Some(java)) = (runtime("javac", SKIP_JAVA), runtime("java", SKIP_JAVA))
+    else {
         return;
     };
     let dir = tmp();

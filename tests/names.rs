@@ -11,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{compile_c, descendant, flamerec, stderr, tmp, wait_for, workload};
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 
 const PROGRAM: &str = r#"
 #include <stdint.h>
@@ -51,6 +52,15 @@ fn flamerec_at(home: &Path) -> Command {
     c
 }
 
+/// The skip rule for a recording that perf_event_open refused (its
+/// stderr `err`).
+fn perf_denied(err: &str) {
+    skip_or_fail(
+        SKIP_PERF,
+        format!("perf_event_open is not usable here, so this test cannot record: {err}"),
+    );
+}
+
 /// Records `cmd`; `None` when perf tests are skipped.
 fn record(home: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Output> {
     let _running = workload();
@@ -64,11 +74,8 @@ fn record(home: &Path, out: &Path, extra: &[&str], cmd: &[&str]) -> Option<Outpu
         .expect("run flamerec record");
     let err = stderr(&o);
     if err.contains("perf_event_open") {
-        if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
-            return None;
-        }
-        panic!("perf_event_open is not usable here, so this test cannot record: {err}");
+        perf_denied(&err);
+        return None;
     }
     assert!(
         o.status.success() || o.status.code() == Some(1),
@@ -204,11 +211,8 @@ fn names_are_embedded_while_recording_so_a_program_deleted_midway_keeps_them() {
     if !cache_file.exists() {
         let o = rec.wait_with_output().expect("wait for flamerec record");
         let err = stderr(&o);
-        if err.contains("perf_event_open")
-            && std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
-        {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
-            return;
+        if err.contains("perf_event_open") {
+            return perf_denied(&err);
         }
         panic!("the recorder ended before it named the program's frames: {err}");
     }
@@ -291,10 +295,8 @@ fn a_recorder_killed_midway_keeps_the_names_it_learned() {
     child.kill().expect("kill -9 flamerec");
     let o = child.wait_with_output().expect("reap flamerec");
     let err = String::from_utf8_lossy(&o.stderr);
-    if err.contains("perf_event_open")
-        && std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
-    {
-        return;
+    if err.contains("perf_event_open") {
+        return perf_denied(&err);
     }
     assert!(running, "flamerec ended before it was killed: {err}");
     // The recorded program outlives flamerec: stop it too.

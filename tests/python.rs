@@ -16,6 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::*;
+use flamerec_testkit::{python, pythons, pythons_or_skip, skip_or_fail, SKIP_PYTHON};
 
 pub(crate) const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/python/known.py");
 
@@ -23,20 +24,7 @@ pub(crate) const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/samples/py
 /// unless FLAMEREC_SKIP_PYTHON_TESTS=1: then the missing ones are skipped,
 /// each said by name, and the others are tested.
 fn cpythons() -> Vec<(u8, PathBuf)> {
-    let found = flamerec_python::installed();
-    let missing: Vec<u8> = (8..=13u8)
-        .filter(|m| !found.iter().any(|(f, _)| f == m))
-        .collect();
-    if !missing.is_empty() {
-        if std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            for m in &missing {
-                eprintln!("skipped (FLAMEREC_SKIP_PYTHON_TESTS=1): no CPython 3.{m} here");
-            }
-            return found;
-        }
-        panic!("no CPython 3.{missing:?} here (pyenv's or /usr/bin/python3.X); set FLAMEREC_SKIP_PYTHON_TESTS=1 where they cannot be installed");
-    }
-    found
+    pythons_or_skip(8..=13)
 }
 
 /// Each CPython here in turn: the interpreter run with `args`, recorded as
@@ -193,7 +181,7 @@ fn the_interpreters_frames_are_kept_with_a_flag() {
     if !bpf_usable() {
         return;
     }
-    let Some(python) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(python) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -362,20 +350,9 @@ fn a_cpython_without_a_known_layout_is_named_once_and_left_native() {
     if !bpf_usable() {
         return;
     }
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".pyenv"));
-    let python = std::fs::read_dir(root.join("versions"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path().join("bin/python3.7"))
-        .find(|p| p.is_file());
-    let Some(python) = python else {
-        if std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            return;
-        }
-        panic!("no pyenv CPython 3.7 here (the version without a layout the test needs); set FLAMEREC_SKIP_PYTHON_TESTS=1 where it cannot be installed");
+    // The version without a layout the test needs.
+    let Some(python) = python(7) else {
+        return;
     };
     let dir = tmp();
     let out = dir.path().join("old.frec");
@@ -684,14 +661,12 @@ fn without_root_a_cpython_is_named_once_with_what_would_help() {
         return;
     }
     // One `nobody` can run: pyenv's are under /root.
-    let Some((_, python)) = cpythons()
-        .into_iter()
-        .find(|(_, p)| !p.starts_with("/root"))
-    else {
-        if std::env::var("FLAMEREC_SKIP_PYTHON_TESTS").as_deref() == Ok("1") {
-            return;
-        }
-        panic!("no CPython outside /root (Debian's /usr/bin/python3.11) for nobody to run; set FLAMEREC_SKIP_PYTHON_TESTS=1 where it cannot be installed");
+    let Some((_, python)) = pythons().into_iter().find(|(_, p)| !p.starts_with("/root")) else {
+        skip_or_fail(
+            SKIP_PYTHON,
+            "no CPython outside /root (Debian's /usr/bin/python3.11) for nobody to run",
+        );
+        return;
     };
     let dir = tmp();
     std::fs::set_permissions(
@@ -740,7 +715,7 @@ fn without_root_a_cpython_is_named_once_with_what_would_help() {
 /// between two of them are left out (kept with `--python-interpreter`).
 #[test]
 fn without_bpf_minus_x_perf_names_python_frames_and_is_advised() {
-    let Some(python) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(python) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -877,7 +852,7 @@ fn forked_workers_show_their_python_frames() {
     if !bpf_usable() {
         return;
     }
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -902,7 +877,7 @@ fn a_recorder_killed_midway_keeps_its_python_names() {
     if !bpf_usable() {
         return;
     }
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let dir = tmp();
@@ -968,7 +943,7 @@ fn children_started_while_attaching_are_named_and_walked() {
     if !bpf_usable() {
         return;
     }
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let Some(_alone) = measuring() else {
@@ -1020,7 +995,7 @@ fn children_running_before_an_attach_are_recorded_with_the_flag() {
     if !bpf_usable() {
         return;
     }
-    let Some(py) = python(12, "FLAMEREC_SKIP_PYTHON_TESTS") else {
+    let Some(py) = python(12) else {
         return;
     };
     let Some(_alone) = measuring() else {

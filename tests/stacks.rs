@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use crate::common::{
     flamerec, is_root, is_zombie, parse_folded, stderr, wait_child, wait_for, DEADLINE,
 };
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 use serde_json::Value;
 
 /// Frames of `ts_recurse` in `ts-deep`'s stack: 200 levels below the first call.
@@ -35,10 +36,6 @@ const THREADS: [(&str, &str, Option<&str>); 5] = [
     ("ts-wait", "ts_wait", Some("futex_wait")),
     ("ts-deep", "ts_deep_sleep", Some("nanosleep")),
 ];
-
-fn skip_perf() -> bool {
-    std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
-}
 
 /// thread-states, compiled with rustc (as the samples are), with or without
 /// frame pointers; kept in the test target directory, keyed by a hash of the
@@ -280,11 +277,11 @@ fn perf_sampled(report: &Value) -> bool {
         "ts-spin was not sampled with perf: {spin:#}; notes: {}",
         report["notes"]
     );
-    if skip_perf() {
-        eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {why}");
-        return false;
-    }
-    panic!("perf_event_open is not usable here: {why}");
+    skip_or_fail(
+        SKIP_PERF,
+        format!("perf_event_open is not usable here: {why}"),
+    );
+    false
 }
 
 /// Every thread of thread-states has its function, kernel frames and a

@@ -3,16 +3,19 @@
 //! with the cause unless `FLAMEREC_SKIP_BPF_TESTS=1`.
 
 use flamerec_bpf::{Map, MapKind};
+use flamerec_testkit::{skip_or_fail, SKIP_BPF};
 
 #[test]
 fn hash_elements_are_set_read_and_removed() {
     let map = match Map::new(MapKind::Hash, 4, 8, 16) {
         Ok(m) => m,
-        Err(e) if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") => {
-            eprintln!("skipped (FLAMEREC_SKIP_BPF_TESTS=1): {e}");
+        Err(e) => {
+            skip_or_fail(
+                SKIP_BPF,
+                format!("BPF is not usable here, so this test cannot run (as root it is): {e}"),
+            );
             return;
         }
-        Err(e) => panic!("BPF is not usable here, so this test cannot run (as root it is): {e}"),
     };
     let key = 7u32.to_ne_bytes();
     assert_eq!(map.get(&key).expect("read"), None);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use flamerec_bpf::asm::{self, helper, Code, Size, FP, R0, R1, R2, R3, R6};
 use flamerec_bpf::{BpfError, Map, MapKind, Program};
 use flamerec_perf::sys::{self, Counter, EventConfig};
+use flamerec_testkit::{skip_or_fail, SKIP_BPF};
 
 /// What the program reads from this process at each sample.
 static MAGIC: u64 = 0x5eed_f1a3_e0c0_ffee;
@@ -50,12 +51,12 @@ fn program(config: &Map, result: &Map) -> Vec<asm::Insn> {
     c.finish().expect("labels bound")
 }
 
-fn skip_or_fail(e: &BpfError) -> bool {
-    if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
-        eprintln!("skipped (FLAMEREC_SKIP_BPF_TESTS=1): {e}");
-        return true;
-    }
-    panic!("BPF is not usable here, so this test cannot run (as root it is): {e}");
+/// The skip rule for BPF refused with `e`.
+fn refused(e: &BpfError) {
+    skip_or_fail(
+        SKIP_BPF,
+        format!("BPF is not usable here, so this test cannot run (as root it is): {e}"),
+    );
 }
 
 #[test]
@@ -64,8 +65,7 @@ fn a_program_reads_the_sampled_threads_memory_at_each_sample() {
         .and_then(|config| Ok((config, Map::new(MapKind::Array, 4, 24, 1)?)));
     let (config, result) = match maps {
         Ok(m) => m,
-        Err(e) if skip_or_fail(&e) => return,
-        Err(e) => unreachable!("{e}"),
+        Err(e) => return refused(&e),
     };
     let addr = &MAGIC as *const u64 as u64;
     config
@@ -73,8 +73,7 @@ fn a_program_reads_the_sampled_threads_memory_at_each_sample() {
         .expect("set the address");
     let prog = match Program::perf_event(&program(&config, &result)) {
         Ok(p) => p,
-        Err(e) if skip_or_fail(&e) => return,
-        Err(e) => unreachable!("{e}"),
+        Err(e) => return refused(&e),
     };
     let cfg = EventConfig {
         frequency: 1000,

@@ -53,40 +53,6 @@ const PTHREAD_TID: u64 = 720;
 /// `_PyInterpreterFrame.owner` of a generator's frame.
 const OWNED_BY_GENERATOR: u8 = 1;
 
-/// The CPythons 3.8 and later installed where users and tests look: pyenv's
-/// (`$PYENV_ROOT`, else `~/.pyenv`: every `versions/3.X.Y/bin/python3.X`)
-/// and the system's `/usr/bin/python3.X`; with their minor versions, sorted.
-pub fn installed() -> Vec<(u8, PathBuf)> {
-    let mut found = Vec::new();
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
-    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let mut parts = name.split('.');
-            let (Some("3"), Some(minor)) = (parts.next(), parts.next()) else {
-                continue;
-            };
-            let Ok(minor) = minor.parse::<u8>() else {
-                continue;
-            };
-            let bin = e.path().join(format!("bin/python3.{minor}"));
-            if minor >= 8 && bin.is_file() {
-                found.push((minor, bin));
-            }
-        }
-    }
-    for minor in 8..=13u8 {
-        let bin = PathBuf::from(format!("/usr/bin/python3.{minor}"));
-        if bin.is_file() {
-            found.push((minor, bin));
-        }
-    }
-    found.sort();
-    found
-}
-
 /// A CPython runtime in a process.
 #[derive(Debug, Clone)]
 pub struct Interpreter {

@@ -5,7 +5,7 @@
 //! stack the program stands in, innermost first. Needs root (BPF); where
 //! BPF is refused the test fails with the cause unless
 //! `FLAMEREC_SKIP_BPF_TESTS=1`; a missing CPython fails unless
-//! `FLAMEREC_SKIP_PYTHON_TESTS=1`.
+//! `FLAMEREC_SKIP_PYTHON_TESTS=1` (then the others are still tested).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -15,9 +15,7 @@ use flamerec_bpf::RingBuffer;
 use flamerec_perf::sys::{self, Counter, EventConfig};
 use flamerec_python::bpf::{Record, WalkerMaps};
 use flamerec_python::{CodeInfo, Interpreter, Process};
-
-mod common;
-use common::{interpreters, missing_versions};
+use flamerec_testkit::{pythons_or_skip, skip_or_fail, SKIP_BPF};
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/busy.py");
 
@@ -40,10 +38,7 @@ fn sampling() -> EventConfig {
 
 #[test]
 fn the_kernel_reads_the_running_python_stack_at_each_sample() {
-    let found = interpreters();
-    if missing_versions(&found) {
-        return;
-    }
+    let found = pythons_or_skip(8..=13);
     for (_, python) in found {
         let what = python.display().to_string();
         let mut child = Command::new(&python)
@@ -70,12 +65,12 @@ fn the_kernel_reads_the_running_python_stack_at_each_sample() {
             .unwrap_or_else(|| panic!("{what}: no state for the main thread"));
         let mut maps = match WalkerMaps::new(4, 64) {
             Ok(m) => m,
-            Err(e) if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") => {
-                eprintln!("skipped (FLAMEREC_SKIP_BPF_TESTS=1): {e}");
-                return;
-            }
             Err(e) => {
-                panic!("BPF is not usable here, so this test cannot run (as root it is): {e}")
+                skip_or_fail(
+                    SKIP_BPF,
+                    format!("BPF is not usable here, so this test cannot run (as root it is): {e}"),
+                );
+                return;
             }
         };
         let index = maps

@@ -15,6 +15,7 @@ use flamerec_stacks::{
     capture, stacks, targets, FrameKind, Method, Options, ProcessError, Target, TargetError,
     Thread, ThreadError,
 };
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 
 /// Generous: the VM running the tests is shared and busy.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -26,10 +27,6 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < end, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn skip_perf() -> bool {
-    std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1")
 }
 
 fn is_root() -> bool {
@@ -133,15 +130,13 @@ fn a_running_thread_of_this_process_is_sampled_where_it_runs() {
     let tid = thread_running(stacks_test_spinner);
     wait_for("the spinner to run", || state(me, tid) == Some('R'));
     let t = one_thread(me, tid, &Options::default());
-    if t.how != Method::PerfSample && skip_perf() {
-        eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {t:?}");
+    if t.how != Method::PerfSample {
+        skip_or_fail(
+            SKIP_PERF,
+            format!("perf_event_open is not usable here: {t:#?}"),
+        );
         return;
     }
-    assert_eq!(
-        t.how,
-        Method::PerfSample,
-        "perf_event_open is not usable here: {t:#?}"
-    );
     assert_eq!(t.held_ns, 0);
     let user = user_names(&t);
     assert!(

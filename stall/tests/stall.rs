@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use flamerec_stall::{Builder, Clock, Detector, Report};
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 
 #[allow(dead_code)]
 #[path = "../examples/stall_demo.rs"]
@@ -45,11 +46,11 @@ fn start(builder: Builder, clock: Clock) -> Option<(Detector, Reports)> {
         .expect("start the detector");
     if d.clock() != clock {
         let why = d.warnings().join("; ");
-        if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {why}");
-            return None;
-        }
-        panic!("perf events are not usable here, so the CPU clock cannot be tested: {why}");
+        skip_or_fail(
+            SKIP_PERF,
+            format!("perf events are not usable here, so the CPU clock cannot be tested: {why}"),
+        );
+        return None;
     }
     Some((d, reports))
 }

@@ -365,19 +365,8 @@ mod tests {
     /// The file offset of `exe`'s executable mapping in this process, and
     /// a step that spreads 50 offsets over it.
     fn code_of(exe: &std::path::Path) -> (u64, u64) {
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let exe = exe.to_str().expect("utf-8 path");
-        maps.lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                if f.len() < 6 || !f[1].contains('x') || f[5] != exe {
-                    return None;
-                }
-                let (a, b) = f[0].split_once('-')?;
-                let len = u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?;
-                Some((u64::from_str_radix(f[2], 16).ok()?, len / 50))
-            })
-            .expect("the test binary's code mapping")
+        let code = flamerec_testkit::maps::own_code_mapping(exe);
+        (code.pgoff, (code.end - code.start) / 50)
     }
 
     fn sorted(mut e: Embedding) -> Vec<(FrameId, Vec<String>)> {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use flamerec_perf::procfs::{self, TaskStat};
 use flamerec_samples::{build, frame_is, FramePointers, Sample};
+use flamerec_testkit::{skip_or_fail, SKIP_BPF, SKIP_PERF};
 
 /// The binary under test. Its HOME is a directory of the test build, so
 /// fold's default symbol cache never touches the user's.
@@ -102,11 +103,11 @@ pub fn record_in(cwd: Option<&Path>, out: &Path, extra: &[&str], cmd: &[&str]) -
     drop(running);
     let err = stderr(&o);
     if err.contains("perf_event_open") {
-        if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {err}");
-            return None;
-        }
-        panic!("perf_event_open is not usable here, so this test cannot record: {err}");
+        skip_or_fail(
+            SKIP_PERF,
+            format!("perf_event_open is not usable here, so this test cannot record: {err}"),
+        );
+        return None;
     }
     Some(o)
 }
@@ -126,19 +127,10 @@ pub fn fold(path: &Path, extra: &[&str]) -> Vec<(Vec<String>, u64)> {
 /// Folded stacks, root first, with their counts.
 pub type Stacks = Vec<(Vec<String>, u64)>;
 
-/// Parses folded text (`frame;frame COUNT` lines): the one parser of the
-/// tests. A line that is not `stack count` fails the test.
-pub fn parse_folded(text: &str) -> Stacks {
-    text.lines()
-        .map(|l| {
-            let (stack, count) = l.rsplit_once(' ').expect("`stack count` line");
-            (
-                stack.split(';').map(str::to_owned).collect(),
-                count.parse().expect("count"),
-            )
-        })
-        .collect()
-}
+/// Parses folded text (`frame;frame COUNT` lines) with the input layer's
+/// own parser (through the test kit): distinct stacks, sorted, their
+/// frames root first. A line it rejects fails the test.
+pub use flamerec_testkit::folded::frames as parse_folded;
 
 /// Runs `flamerec ARGS` with `input` on its standard input.
 pub fn flamerec_stdin(args: &[&str], input: &[u8]) -> Output {
@@ -201,59 +193,13 @@ pub fn runtime(name: &str, skip_var: &str) -> Option<PathBuf> {
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     });
-    match found {
-        Some(p) => Some(p),
-        None if std::env::var(skip_var).as_deref() == Ok("1") => {
-            eprintln!("skipped ({skip_var}=1): {name} is not on PATH");
-            None
-        }
-        None => {
-            panic!("{name} is not on PATH, so this test cannot run it (set {skip_var}=1 to skip)")
-        }
+    if found.is_none() {
+        skip_or_fail(
+            skip_var,
+            format!("{name} is not on PATH, so this test cannot run it"),
+        );
     }
-}
-
-/// CPython 3.`minor` (pyenv's build under `$PYENV_ROOT` or `~/.pyenv`,
-/// else `python3.minor` on PATH when it runs), or `None` when there is none
-/// and `skip_var` is `1`; a missing one fails the test naming the cause.
-pub fn python(minor: u32, skip_var: &str) -> Option<PathBuf> {
-    let name = format!("python3.{minor}");
-    let root = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
-    let pyenv = root.and_then(|r| {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(r.join("versions"))
-            .ok()?
-            .filter_map(|e| Some(e.ok()?.path().join("bin").join(&name)))
-            .filter(|p| p.is_file())
-            .collect();
-        found.sort();
-        found.pop()
-    });
-    // A pyenv shim on PATH runs only where that version is selected.
-    let runs = |p: &PathBuf| {
-        Command::new(p)
-            .args(["-c", "pass"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let on_path = || {
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(&name))
-                .find(|p| p.is_file() && runs(p))
-        })
-    };
-    match pyenv.filter(runs).or_else(on_path) {
-        Some(p) => Some(p),
-        None if std::env::var(skip_var).as_deref() == Ok("1") => {
-            eprintln!("skipped ({skip_var}=1): no {name} that runs");
-            None
-        }
-        None => panic!(
-            "no {name} here (pyenv or PATH), so this test cannot run it (set {skip_var}=1 to skip)"
-        ),
-    }
+    found
 }
 
 /// Removes what JIT runtimes wrote for the processes of recording `out`:
@@ -454,10 +400,11 @@ pub fn bpf_usable() -> bool {
     if is_root() {
         return true;
     }
-    if std::env::var("FLAMEREC_SKIP_BPF_TESTS").as_deref() == Ok("1") {
-        return false;
-    }
-    panic!("Python frames are read with BPF, which needs root: run the tests as root or set FLAMEREC_SKIP_BPF_TESTS=1");
+    skip_or_fail(
+        SKIP_BPF,
+        "Python frames are read with BPF, which needs root: run the tests as root",
+    );
+    false
 }
 
 /// Compiles C with the system's gcc in `dir` (`args` as gcc takes them);

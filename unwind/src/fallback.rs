@@ -187,6 +187,7 @@ pub(crate) fn step_by_rbx(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flamerec_testkit::maps::{own_code_mapping, own_exec_maps};
 
     #[inline(never)]
     fn probe() -> u64 {
@@ -198,17 +199,10 @@ mod tests {
         let f = std::fs::File::open("/proc/self/exe").expect("own binary");
         let sections = crate::read_unwind_sections(&f).expect("ELF");
         let exe = std::fs::read_link("/proc/self/exe").expect("exe path");
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let line = maps
-            .lines()
-            .find(|l| l.ends_with(exe.to_str().unwrap_or("?")) && l.contains(" r-xp "))
-            .expect("the code mapping");
-        let mut it = line.split_whitespace();
-        let start = u64::from_str_radix(it.next().unwrap().split('-').next().unwrap(), 16).unwrap();
-        let pgoff = u64::from_str_radix(it.nth(1).unwrap(), 16).unwrap();
-        let svma = sections.svma_of_exec_mapping(pgoff).expect("segment");
+        let code = own_code_mapping(&exe);
+        let svma = sections.svma_of_exec_mapping(code.pgoff).expect("segment");
         CfiModule {
-            bias: start - svma,
+            bias: code.start - svma,
             sections: Arc::new(sections),
         }
     }
@@ -230,13 +224,12 @@ mod tests {
     #[test]
     fn rows_keeping_the_cfa_in_rbx_are_found() {
         assert!(cfa_elsewhere(&this_binary().sections).is_empty());
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        let ld = maps
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(5))
+        let ld = own_exec_maps()
+            .into_iter()
+            .map(|m| m.path)
             .find(|p| p.contains("/ld-linux"))
             .expect("a dynamic loader");
-        let f = std::fs::File::open(ld).expect("the loader");
+        let f = std::fs::File::open(&ld).expect("the loader");
         let sections = crate::read_unwind_sections(&f).expect("ELF");
         let ranges = cfa_elsewhere(&sections);
         assert!(!ranges.is_empty(), "{ld}");

@@ -180,6 +180,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::{Outcome, StackUnwinder};
+    use flamerec_testkit::maps::own_exec_maps;
 
     #[inline(never)]
     fn nobp_test_sleeper() {
@@ -187,25 +188,6 @@ mod tests {
             std::thread::sleep(Duration::from_secs(3600));
             std::hint::black_box(());
         }
-    }
-
-    /// This process's executable mappings: (start, end, offset, path).
-    fn exec_maps() -> Vec<(u64, u64, u64, String)> {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        maps.lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let (a, b) = f.first()?.split_once('-')?;
-                (f.len() >= 6 && f[1].contains('x')).then(|| {
-                    (
-                        u64::from_str_radix(a, 16).unwrap(),
-                        u64::from_str_radix(b, 16).unwrap(),
-                        u64::from_str_radix(f[2], 16).unwrap(),
-                        f[5].to_string(),
-                    )
-                })
-            })
-            .collect()
     }
 
     #[test]
@@ -238,11 +220,10 @@ mod tests {
         let f: Vec<&str> = line.split_whitespace().collect();
         let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
         let (sp, ip) = (hex(f[7]), hex(f[8]));
-        let maps = exec_maps();
         let mut u = StackUnwinder::new();
         let me = std::process::id();
-        for (start, end, off, path) in &maps {
-            u.add_mapping(me, *start, *end, *off, path, &[]);
+        for m in own_exec_maps() {
+            u.add_mapping(me, m.start, m.end, m.pgoff, &m.path, &[]);
         }
         // 64 KiB from sp, as a perf sample copies: it may run past the
         // thread's stack into the next mapping (often a malloc arena, whose

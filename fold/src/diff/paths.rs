@@ -218,13 +218,7 @@ impl PathTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stacks(text: &str) -> Vec<(String, u64)> {
-        text.lines()
-            .filter_map(|l| l.rsplit_once(' '))
-            .map(|(s, n)| (s.to_string(), n.parse().unwrap()))
-            .collect()
-    }
+    use crate::input::folded::test_stacks as stacks;
 
     #[test]
     fn paths_end_in_the_leaf_and_partition_its_samples() {

@@ -189,15 +189,7 @@ impl Tallied {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn stacks(text: &str) -> Vec<(String, u64)> {
-        text.lines()
-            .map(|l| {
-                let (s, n) = l.rsplit_once(' ').unwrap();
-                (s.to_string(), n.parse().unwrap())
-            })
-            .collect()
-    }
+    use crate::input::folded::test_stacks as stacks;
 
     #[test]
     fn samples_in_interrupt_context_are_the_machines() {

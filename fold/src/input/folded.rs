@@ -70,6 +70,15 @@ pub fn parse<R: BufRead>(mut input: R, path: &Path) -> Result<Vec<(String, u64)>
     Ok(stacks)
 }
 
+/// The stacks of a unit test's folded text, read by [`parse`] as any input
+/// is; a line it rejects fails the test. (The tests outside this crate
+/// have the same in `flamerec_testkit::folded`.)
+#[cfg(test)]
+#[track_caller]
+pub(crate) fn test_stacks(text: &str) -> Vec<(String, u64)> {
+    parse(text.as_bytes(), Path::new("test.folded")).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// `Ok(None)` for a blank or comment line, else the stack and its count.
 fn parse_line(line: &str) -> Result<Option<(&str, u64)>, String> {
     let line = line.trim();

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flamerec_fold::{fold_recording, FoldOptions};
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 
 use crate::support::folded;
 
@@ -23,12 +24,11 @@ __attribute__((noinline)) void pd_gamma(void) { spin(20000000); }
 int main(void) { for (int r = 0; r < 8; r++) { pd_alpha(); pd_beta(); pd_gamma(); } return 0; }
 "#;
 
+/// The skip rule: `true` (said on stderr) under FLAMEREC_SKIP_PERF_TESTS=1,
+/// else a failure naming `why`.
 fn skip(why: &str) -> bool {
-    if std::env::var_os("FLAMEREC_SKIP_PERF_TESTS").is_some_and(|v| v == "1") {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    panic!("{why} (set FLAMEREC_SKIP_PERF_TESTS=1 where perf events are unavailable)");
+    skip_or_fail(SKIP_PERF, why);
+    true
 }
 
 /// Leaf function shares in percent, from folded lines or `perf script`.
@@ -71,16 +71,13 @@ fn perf_script_leaves(text: &str) -> HashMap<String, u64> {
 
 fn flamerec_leaves(folded_text: &str) -> HashMap<String, u64> {
     let mut leaves = HashMap::new();
-    for line in folded_text.lines() {
-        let Some((stack, count)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let leaf = stack.rsplit(';').next().unwrap_or(stack);
+    for (stack, count) in flamerec_testkit::folded::stacks(folded_text) {
+        let leaf = stack.rsplit(';').next().unwrap_or(&stack);
         let leaf = match leaf.rfind("+0x") {
             Some(i) => format!("{}+?", &leaf[..i]),
             None => leaf.to_string(),
         };
-        *leaves.entry(leaf).or_insert(0) += count.parse::<u64>().unwrap_or(0);
+        *leaves.entry(leaf).or_insert(0) += count;
     }
     leaves
 }
@@ -126,10 +123,12 @@ fn record(dir: &Path, cflags: &[&str], perf_args: &[&str]) -> Option<PathBuf> {
 
 /// Share of the total under `main;F` as the leaf, for each of the three functions.
 fn split_under_main(text: &str, total: u64) -> [f64; 3] {
+    let stacks = flamerec_testkit::folded::stacks(text);
     ["pd_alpha", "pd_beta", "pd_gamma"].map(|f| {
-        text.lines()
-            .filter(|l| l.contains(&format!("main;{f} ")))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        stacks
+            .iter()
+            .filter(|(s, _)| s.ends_with(&format!("main;{f}")))
+            .map(|(_, n)| n)
             .sum::<u64>() as f64
             * 100.0
             / total.max(1) as f64

@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use flamerec_record::{CallGraph, RecordError, RecordOptions, Target};
 use flamerec_samples::{build, FramePointers, Sample};
+use flamerec_testkit::{skip_or_fail, SKIP_PERF};
 use flamerec_viewer::{write_html, Server, ViewData};
 use serde_json::Value;
 
@@ -35,10 +36,11 @@ pub(crate) fn cpu_mix_recording() -> Option<&'static Path> {
         };
         match flamerec_record::record(&opts, &mut |_| {}) {
             Ok(_) => Some((dir, out)),
-            Err(e @ RecordError::PerfDenied { .. })
-                if std::env::var("FLAMEREC_SKIP_PERF_TESTS").as_deref() == Ok("1") =>
-            {
-                eprintln!("skipped (FLAMEREC_SKIP_PERF_TESTS=1): {e}");
+            Err(e @ RecordError::PerfDenied { .. }) => {
+                skip_or_fail(
+                    SKIP_PERF,
+                    format!("cannot record cpu-mix, so the browser tests cannot run: {e}"),
+                );
                 None
             }
             Err(e) => panic!("cannot record cpu-mix, so the browser tests cannot run: {e}"),

@@ -8,15 +8,8 @@ mod inputs;
 mod page;
 mod server;
 
+use flamerec_testkit::folded::stacks;
 use flamerec_viewer::ViewData;
-
-/// `stack COUNT` lines of a test's own folded text.
-fn stacks(text: &str) -> Vec<(String, u64)> {
-    text.lines()
-        .filter_map(|l| l.rsplit_once(' '))
-        .map(|(s, c)| (s.to_string(), c.parse().expect("count")))
-        .collect()
-}
 
 /// A profile from folded text.
 fn folded(text: &str) -> ViewData {

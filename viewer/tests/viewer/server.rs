@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use flamerec_viewer::Server;
+use flamerec_viewer::{Server, ViewData};
 
 use crate::{folded, json};
 
@@ -189,7 +189,10 @@ fn foreign_host_and_other_methods_are_refused() {
 
 #[test]
 fn the_json_is_a_preorder_tree_with_sorted_names() {
-    let v = json(&folded("b;x 1\na;c 2\na;b 3\n"));
+    // Out of order on purpose: the folded parser would sort them first.
+    let unsorted = [("b;x", 1), ("a;c", 2), ("a;b", 3)].map(|(s, n)| (s.to_string(), n));
+    let data = ViewData::from_stacks("test", unsorted.to_vec(), None).expect("view data");
+    let v = json(&data);
     assert_eq!(v["strings"], serde_json::json!(["a", "b", "c", "x"]));
     // name, child count, self — preorder, children alphabetical.
     assert_eq!(
