@@ -24,15 +24,20 @@
 //! or a JDK (`javac`, `java`) is missing.
 
 use crate::common::{
-    bpf_usable, fold, info_json, measuring, record_in, remove_jit_files, runtime, share, stderr,
-    tmp,
+    bpf_usable, fold, info_json, measuring, record_in, remove_jit_files, runtime, sample_bin,
+    share, stderr, tmp,
 };
+use flamerec_samples::{FramePointers, Sample};
 use flamerec_testkit::{python, skip_or_fail, SKIP_JAVA, SKIP_NODE};
 
-/// No advice to add a perf flag: the run had one.
+/// No advice to add a perf flag: the run had one (code its files did not
+/// name by the end may still be said).
 fn no_setup_advice(o: &std::process::Output) {
     let err = stderr(o);
-    assert!(!err.contains("samples ran in JIT code of"), "{err}");
+    assert!(
+        !err.contains("ran JIT code that no perf map or jitdump named"),
+        "{err}"
+    );
 }
 
 pub(crate) const PROGRAM: &str = concat!(
@@ -564,4 +569,52 @@ fn java_without_frame_pointers_is_told_the_flag_that_keeps_them() {
         .unwrap_or_else(|| panic!("no word of cut stacks: {err}"));
     assert!(line.contains("-XX:+PreserveFramePointer"), "{line}");
     assert!(!line.contains("a larger --stack-size"), "{line}");
+}
+
+/// Runs the program given (argv[1]) from a memfd, as container runtimes
+/// run their own binary.
+const MEMFD_EXEC: &str = r#"
+import os, sys
+fd = os.memfd_create("flamerec-test", 0)
+with open(sys.argv[1], "rb") as f:
+    os.write(fd, f.read())
+os.execv(f"/proc/self/fd/{fd}", sys.argv[1:])
+"#;
+
+/// An executable run from a memfd is the ELF image it holds, not JIT code:
+/// its functions are named and no runtime is told to write a perf map.
+/// cpu-mix spends its time in its three work functions; the Python that
+/// starts it takes under 2% of the samples, and a loaded machine slows
+/// both alike, so 80% of all samples ending in one of them holds with a
+/// wide margin (taken for JIT code, none is named).
+#[test]
+fn an_executable_run_from_a_memfd_is_named_not_taken_for_jit() {
+    let Some(py) = python(11) else { return };
+    let dir = tmp();
+    let script = dir.path().join("memfd-exec.py");
+    std::fs::write(&script, MEMFD_EXEC).expect("write the script");
+    let bin = sample_bin(Sample::CpuMix, FramePointers::No);
+    let out = dir.path().join("memfd.frec");
+    let cmd = [
+        py.to_str().expect("utf-8 path"),
+        script.to_str().expect("utf-8 path"),
+        bin.to_str().expect("utf-8 path"),
+        "--units",
+        "100000",
+    ];
+    let Some(o) = record_in(None, &out, &[], &cmd) else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    no_setup_advice(&o);
+    let stacks = fold(&out, &[]);
+    let named = share(&stacks, |s| {
+        s.last().is_some_and(|leaf| leaf.starts_with("cpu_mix_"))
+    });
+    let unnamed = share(&stacks, |s| s.iter().any(|f| f.starts_with("memfd:")));
+    assert!(
+        named >= 80.0 && unnamed < 1.0,
+        "{named:.1}% in cpu-mix's work functions, {unnamed:.1}% with unnamed memfd frames\n{err}"
+    );
 }

@@ -51,9 +51,17 @@ fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
     let pct = n * 100 / all.max(1);
     let share = format!("{pct}% of the samples of {who} ({n} of {all}) ran JIT code");
     if wrote {
+        // What the files lack is not known: code the runtime never writes
+        // a record for (a JVMTI agent's dump has compiled methods only, not
+        // the interpreter or stubs), or records it writes late.
+        let late = if comm == "node" {
+            " (node writes its last records when it exits)"
+        } else {
+            ""
+        };
         return format!(
-            "{share} that its perf map or jitdump did not name by the end: the runtime had not \
-             written those records yet (node keeps the last ones until it exits)"
+            "{share} that its perf map or jitdump did not name by the end: code the runtime \
+             wrote no record for, or wrote it after the recording{late}"
         );
     }
     format!(
@@ -107,7 +115,13 @@ mod tests {
         assert!(runtime_advice("npm run bench").contains("NODE_OPTIONS="));
         assert!(runtime_advice("npx").contains("NODE_OPTIONS="));
         let late = setup_advice("node", true, 19, 100);
-        assert!(late.contains("had not written those records yet"), "{late}");
+        assert!(late.contains("wrote no record for"), "{late}");
+        assert!(
+            late.ends_with("(node writes its last records when it exits)"),
+            "{late}"
+        );
+        let java = setup_advice("java", true, 98, 100);
+        assert!(!java.contains("node"), "{java}");
         assert!(!late.contains("--perf-prof"), "{late}");
     }
 }
