@@ -212,10 +212,35 @@ mod tests {
             .is_none());
         assert!(files.reach(me, own.start..own.end, "[vdso]", &[]).is_none());
         assert!(files.reach(me, own.start..own.end, "//anon", &[]).is_none());
-        assert!(files
-            .reach(me, own.start..own.end, "/memfd:x (deleted)", &[])
-            .is_none());
         assert_eq!((files.reached, files.unreached), (0, 0));
+    }
+
+    /// A memfd mapping is reached when its file is an ELF image (the
+    /// mapping here is this test's own executable, standing in for one run
+    /// from a memfd), and read from there; memory without a file, or a
+    /// file that is no ELF image, is not.
+    #[test]
+    fn a_memfd_is_reached_only_as_an_elf_image() {
+        let me = std::process::id();
+        let exe = std::env::current_exe().unwrap();
+        let maps = flamerec_perf::procfs::exec_maps(me);
+        let own = maps
+            .iter()
+            .find(|m| Path::new(&m.path) == exe)
+            .expect("this test's executable is mapped");
+        let mut files = ProcessFiles::default();
+        let r = files
+            .reach(me, own.start..own.end, "/memfd:x (deleted)", &[])
+            .expect("an ELF image behind a memfd path is reached");
+        assert_eq!(
+            std::fs::read(&r.at.file).unwrap(),
+            std::fs::read(&exe).unwrap()
+        );
+        assert_eq!((files.reached, files.unreached), (1, 0));
+        let text = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(text.path(), b"JIT code, no ELF header").unwrap();
+        assert!(!is_elf(&File::open(text.path()).unwrap()));
+        assert!(is_elf(&File::open(&exe).unwrap()));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What flamerec's tests share, written once: every test binary of the
 //! workspace takes these from here instead of keeping its own copy (in the
-//! spirit of ripgrep's `tests/util.rs`).
+//! spirit of ripgrep's shared test helpers).
 //!
 //! - The skip rule ([`skip_or_fail`]): a test that cannot run its real
 //!   part fails with the cause, unless its documented skip variable
