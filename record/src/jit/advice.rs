@@ -15,7 +15,7 @@ impl JitNames {
         // of all the samples of that command's processes.
         let mut by_comm: HashMap<(&str, bool), u64> = HashMap::new();
         for ((pid, addrs), &n) in &self.unnamed {
-            if addrs.iter().any(|&a| self.name_untimed(a).is_none()) {
+            if addrs.iter().any(|&a| self.name_at_end(a).is_none()) {
                 let comm = self.comms.get(pid).map_or("", String::as_str);
                 let wrote = self.procs.get(pid).is_some_and(|s| {
                     !s.map.entries().is_empty()

@@ -17,7 +17,7 @@
 //! then another frame, and the name travels in the names section like
 //! every other (see [`JitNames::finish`]). Frames no timed line or load
 //! named stay in `[anon]` and are named at the end when the files, read
-//! whole by then, leave no doubt (see `name_untimed`).
+//! whole by then, leave no doubt (see `name_at_end`).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -37,6 +37,7 @@ use crate::ended::Ended;
 use crate::pynames::PY_PREFIX;
 
 mod advice;
+mod at_end;
 mod unwinding;
 
 use unwinding::{find_trampolines, register};
@@ -73,6 +74,9 @@ pub(crate) struct JitNames {
     /// process's command name: said at the end when some are still
     /// unnamed (see [`setup_advice`]).
     unnamed: HashMap<(u32, Vec<u64>), u64>,
+    /// Per address of a frame no file named when sampled: per process,
+    /// the first and last time it was sampled (see [`JitNames::name_at_end`]).
+    spans: HashMap<u64, Vec<(u32, u64, u64)>>,
     /// Samples per process, for each command's share.
     samples: HashMap<u32, u64>,
     comms: HashMap<u32, String>,
@@ -293,7 +297,10 @@ impl JitNames {
             }
             match self.lookup(pid, f.address, time) {
                 Some((name, source)) => f.module = self.module_of(writer, name, source),
-                None => unnamed.push(f.address),
+                None => {
+                    self.sampled_unnamed(pid, f.address, time);
+                    unnamed.push(f.address);
+                }
             }
         }
         if !unnamed.is_empty() {
@@ -486,7 +493,7 @@ impl JitNames {
                 }
                 out.push((id, vec![name.clone()]));
             } else if self.anon.get(f.module as usize).copied().unwrap_or(false) {
-                match self.name_untimed(f.address) {
+                match self.name_at_end(f.address) {
                     Some(name) => {
                         counts.at_end += 1;
                         out.push((id, vec![name.to_string()]));
@@ -497,42 +504,6 @@ impl JitNames {
         }
         (out, counts)
     }
-}
-
-impl JitNames {
-    /// The name of a frame left in `[anon]` (its code was not in its
-    /// runtime's file yet when sampled: node writes the last records of
-    /// both files at exit), which carries neither process nor time: the
-    /// one name every load and line that ever covered the address gives,
-    /// in every followed process; else the one every line first read at
-    /// the end gives (what no earlier line covered, as for timed frames).
-    /// Addresses that held code of several names stay unnamed.
-    fn name_untimed(&self, addr: u64) -> Option<&str> {
-        let ever = self.procs.values().flat_map(|s| {
-            let dumps = s
-                .dumps
-                .iter()
-                .flat_map(move |(d, _)| d.loads_covering(addr));
-            let lines = s.map.entries_covering(addr);
-            dumps
-                .map(|l| l.name.as_str())
-                .chain(lines.map(|e| e.name.as_str()))
-        });
-        if let Some(name) = one(ever) {
-            return Some(name);
-        }
-        let at_end = self
-            .procs
-            .values()
-            .flat_map(|s| s.map.at_end_covering(addr));
-        one(at_end.map(|e| e.name.as_str()))
-    }
-}
-
-/// The one distinct item, if there is exactly one.
-fn one<'a>(mut names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let first = names.next()?;
-    names.all(|n| n == first).then_some(first)
 }
 
 /// What the recording learnt of JIT code, at its end.
@@ -590,7 +561,7 @@ mod tests {
     }
 
     /// A followed process whose map holds `lines`, read as it ended.
-    fn with_map(names: &mut JitNames, dir: &Path, pid: u32, lines: &str) {
+    pub(super) fn with_map(names: &mut JitNames, dir: &Path, pid: u32, lines: &str) {
         let path = dir.join(format!("perf-{pid}.map"));
         std::fs::write(&path, lines).expect("write");
         let rules = Rules {
