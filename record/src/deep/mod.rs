@@ -452,14 +452,14 @@ impl LiveStacks {
 
 /// The warning about stacks left cut, when they are 1% or more of
 /// `samples`: how many, and what would help — or that nothing would.
-/// `copy_is_largest`: no larger `--stack-size` exists to advise; `jit`:
-/// JIT code ran, whose frames may keep no frame pointer.
+/// `copy_is_largest`: no larger `--stack-size` exists to advise; `java`:
+/// a JVM's JIT code ran, whose frames keep frame pointers only when asked.
 pub(crate) fn cut_warning(
     truncated: u64,
     live: &LiveStacks,
     samples: u64,
     copy_is_largest: bool,
-    jit: bool,
+    java: bool,
 ) -> Option<String> {
     if samples < 100 || truncated * 100 < samples {
         return None;
@@ -497,7 +497,7 @@ pub(crate) fn cut_warning(
     }
     let other = truncated.saturating_sub(l.denied + l.changed + l.gone + l.unproven);
     if other > 0 {
-        let help = if jit {
+        let help = if java {
             " (JIT code is unwound by frame pointers, which java keeps only with \
              -XX:+PreserveFramePointer)"
         } else {
@@ -515,7 +515,19 @@ pub(crate) fn cut_warning(
 
 #[cfg(test)]
 mod tests {
-    use super::same_frame;
+    use super::{cut_warning, same_frame, LiveStacks};
+
+    /// The flag that keeps Java's frame pointers is advised for a JVM's
+    /// recording only: node's or a C program's cut stacks are not java's.
+    #[test]
+    fn the_cut_warning_names_javas_flag_only_where_a_jvm_ran() {
+        let live = LiveStacks::new(999);
+        let java = cut_warning(50, &live, 1000, false, true).expect("5% cut");
+        assert!(java.contains("-XX:+PreserveFramePointer"), "{java}");
+        let other = cut_warning(50, &live, 1000, false, false).expect("5% cut");
+        assert!(!other.contains("java"), "{other}");
+        assert!(cut_warning(5, &live, 1000, false, true).is_none(), "under 1%");
+    }
 
     #[test]
     fn a_frame_is_the_same_with_a_few_locals_changed_but_not_with_another_call() {

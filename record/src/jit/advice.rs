@@ -6,7 +6,29 @@ use std::collections::HashMap;
 
 use super::JitNames;
 
+/// The JDK's tools that run a JVM of their own (and take its flags as
+/// `-J…`).
+const JDK_TOOLS: [&str; 6] = ["javac", "jshell", "jar", "javadoc", "jlink", "jpackage"];
+
+/// The command a process name stands for (`npm run bench` → `npm`).
+fn command_of(comm: &str) -> &str {
+    comm.split([' ', '-']).next().unwrap_or(comm)
+}
+
+/// Whether `comm` runs a JVM: java, or a JDK tool.
+fn is_jvm(comm: &str) -> bool {
+    let command = command_of(comm);
+    command.starts_with("java") || JDK_TOOLS.contains(&command)
+}
+
 impl JitNames {
+    /// Whether a JVM was among the processes whose JIT code was followed.
+    pub(crate) fn followed_a_jvm(&self) -> bool {
+        self.procs
+            .keys()
+            .any(|pid| self.comms.get(pid).is_some_and(|c| is_jvm(c)))
+    }
+
     /// One line per command whose samples ran JIT code no perf map or
     /// jitdump named, for 1% of its samples or more; most samples first.
     pub(super) fn advice(&self) -> Vec<String> {
@@ -75,9 +97,8 @@ fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
 /// node launcher script (npm, npx, yarn) takes node's flags through
 /// `NODE_OPTIONS`.
 fn runtime_advice(comm: &str) -> &'static str {
-    const JDK_TOOLS: [&str; 6] = ["javac", "jshell", "jar", "javadoc", "jlink", "jpackage"];
     const NODE_LAUNCHERS: [&str; 4] = ["npm", "npx", "yarn", "pnpm"];
-    let command = comm.split([' ', '-']).next().unwrap_or(comm);
+    let command = command_of(comm);
     if command == "node" {
         "run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"
     } else if NODE_LAUNCHERS.contains(&command) {

@@ -222,6 +222,7 @@ impl JitNames {
                 }
             };
             self.unreadable.remove(&pid);
+            self.comms.entry(pid).or_insert_with(|| comm_of(pid));
             let rules = Rules {
                 uid,
                 max_len: MAX_MAP,
@@ -362,12 +363,6 @@ impl JitNames {
             .collect()
     }
 
-    /// Whether any process ran JIT code: a frame a map or dump named, or
-    /// one left unnamed in anonymous memory.
-    pub(crate) fn saw_jit_code(&self) -> bool {
-        !self.modules.is_empty() || !self.unnamed.is_empty()
-    }
-
     /// The name a JIT frame of `module` was given, if it is one.
     pub(crate) fn name_of(&self, module: ModuleId) -> Option<&str> {
         self.names.get(&module).map(String::as_str)
@@ -383,11 +378,7 @@ impl JitNames {
             return;
         }
         *self.unnamed.entry(key).or_default() += 1;
-        self.comms.entry(pid).or_insert_with(|| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|c| c.trim_end().to_string())
-                .unwrap_or_default()
-        });
+        self.comms.entry(pid).or_insert_with(|| comm_of(pid));
     }
 
     fn lookup(&self, pid: u32, addr: u64, time: u64) -> Option<(String, Source)> {
@@ -522,6 +513,13 @@ enum Source {
     PerfMap,
     /// A jitdump load in force at the sample's time.
     Jitdump,
+}
+
+/// The command name of `pid` now (empty when it is gone).
+fn comm_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_default()
 }
 
 /// A runtime's jitdump: `jit-<pid>.dump` (the name perf looks for).

@@ -71,7 +71,7 @@ impl<W: io::Write> State<W> {
             &self.live,
             samples,
             self.copy_is_largest,
-            self.jit.saw_jit_code(),
+            self.jit.followed_a_jvm(),
         ));
         warnings.extend(crate::depth::warnings(
             cut_at_cap,
