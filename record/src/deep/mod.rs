@@ -526,7 +526,10 @@ mod tests {
         assert!(java.contains("-XX:+PreserveFramePointer"), "{java}");
         let other = cut_warning(50, &live, 1000, false, false).expect("5% cut");
         assert!(!other.contains("java"), "{other}");
-        assert!(cut_warning(5, &live, 1000, false, true).is_none(), "under 1%");
+        assert!(
+            cut_warning(5, &live, 1000, false, true).is_none(),
+            "under 1%"
+        );
     }
 
     #[test]

@@ -98,35 +98,9 @@ fn one<'a>(mut names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::with_map;
+    use super::super::tests::{jitdump, with_map};
     use super::*;
     use flamerec_jit::JitDump;
-
-    /// A jitdump (little-endian, x86-64, on the monotonic clock) holding a
-    /// load of `[start, start + size)` named `name` at `time` per entry.
-    fn dump(loads: &[(u64, u64, u64, &str)]) -> Vec<u8> {
-        let mut b = b"DTiJ".to_vec();
-        for v in [1u32, 40, 62, 0, 7] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b.extend_from_slice(&0u64.to_le_bytes());
-        b.extend_from_slice(&0u64.to_le_bytes());
-        for (i, &(start, size, time, name)) in loads.iter().enumerate() {
-            let total = 16 + 40 + name.len() + 1 + size as usize;
-            b.extend_from_slice(&0u32.to_le_bytes());
-            b.extend_from_slice(&(total as u32).to_le_bytes());
-            b.extend_from_slice(&time.to_le_bytes());
-            b.extend_from_slice(&7u32.to_le_bytes());
-            b.extend_from_slice(&7u32.to_le_bytes());
-            for v in [start, start, size, i as u64] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
-            b.extend_from_slice(name.as_bytes());
-            b.push(0);
-            b.extend(std::iter::repeat_n(0x90u8, size as usize));
-        }
-        b
-    }
 
     /// Code at one address loaded as `f` at 100 and as `g` at 500: a
     /// frame sampled only while `f` was in force is `f`, though the
@@ -141,7 +115,7 @@ mod tests {
         let loads = [(0x1000, 0x100, 100, "f"), (0x1000, 0x100, 500, "g")];
         for pid in [7, 8] {
             let path = dir.path().join(format!("jit-{pid}.dump"));
-            std::fs::write(&path, dump(&loads)).expect("write");
+            std::fs::write(&path, jitdump(0, &loads)).expect("write");
             let s = names.procs.get_mut(&pid).expect("followed");
             s.dumps.push((JitDump::new(&path, s.rules), 0));
         }

@@ -620,21 +620,41 @@ mod tests {
         assert_eq!(names.name_untimed(0x5004), Some("y"));
     }
 
+    /// A jitdump (little-endian, version 1, x86-64) with header `flags`
+    /// (0: the monotonic clock) holding a load of `[start, start + size)`
+    /// named `name` at `time` per entry.
+    pub(super) fn jitdump(flags: u64, loads: &[(u64, u64, u64, &str)]) -> Vec<u8> {
+        let mut b = b"DTiJ".to_vec();
+        for v in [1u32, 40, 62, 0, 7] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        for (i, &(start, size, time, name)) in loads.iter().enumerate() {
+            let total = 16 + 40 + name.len() + 1 + size as usize;
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&(total as u32).to_le_bytes());
+            b.extend_from_slice(&time.to_le_bytes());
+            b.extend_from_slice(&7u32.to_le_bytes());
+            b.extend_from_slice(&7u32.to_le_bytes());
+            for v in [start, start, size, i as u64] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(name.as_bytes());
+            b.push(0);
+            b.extend(std::iter::repeat_n(0x90u8, size as usize));
+        }
+        b
+    }
+
     #[test]
     fn a_dump_on_the_cpus_clock_is_said_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut names = JitNames::default();
         with_map(&mut names, dir.path(), 7, "");
-        // A jitdump header (little-endian, version 1, x86-64) flagging
-        // JITDUMP_FLAGS_ARCH_TIMESTAMP, and no records yet.
-        let mut head = b"DTiJ".to_vec();
-        for v in [1u32, 40, 62, 0, 7] {
-            head.extend_from_slice(&v.to_le_bytes());
-        }
-        head.extend_from_slice(&0u64.to_le_bytes());
-        head.extend_from_slice(&1u64.to_le_bytes());
+        // Flagging JITDUMP_FLAGS_ARCH_TIMESTAMP, and no records yet.
         let path = dir.path().join("jit-7.dump");
-        std::fs::write(&path, head).expect("write");
+        std::fs::write(&path, jitdump(1, &[])).expect("write");
         let s = names.procs.get_mut(&7).expect("7");
         s.dumps.push((JitDump::new(&path, s.rules), 0));
         names.poll(1, None);
