@@ -34,9 +34,11 @@ use super::index::{Arange, DieIndex, FunctionRange};
 use crate::elf::sections::{Bytes, Reader, Section, Sections};
 use crate::types::RawName;
 
+mod units;
 mod walk;
 
-use walk::{make_unit, walk_units};
+use units::make_unit;
+use walk::walk_units;
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
