@@ -25,7 +25,7 @@
 
 use crate::common::{
     bpf_usable, fold, info_json, measuring, record_in, remove_jit_files, runtime, sample_bin,
-    share, stderr, tmp,
+    share, stderr, tmp, Stacks,
 };
 use flamerec_samples::{FramePointers, Sample};
 use flamerec_testkit::{python, skip_or_fail, SKIP_JAVA, SKIP_NODE};
@@ -136,9 +136,6 @@ const PY_PROGRAM: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/programs/known-profile.py"
 );
-
-/// Folded stacks with their samples.
-type Stacks = Vec<(Vec<String>, u64)>;
 
 /// Records known-profile.py under pyenv's CPython 3.`minor` with `flag`
 /// (recorder flags `extra`), removes the runtime's files, and checks the
@@ -617,4 +614,82 @@ fn an_executable_run_from_a_memfd_is_named_not_taken_for_jit() {
         named >= 80.0 && unnamed < 1.0,
         "{named:.1}% in cpu-mix's work functions, {unnamed:.1}% with unnamed memfd frames\n{err}"
     );
+}
+
+/// Records the known-profile program under node kept in its interpreter
+/// (`--no-opt --no-sparkplug`: what a short script or cold code runs in)
+/// with `flags`; the output and the stacks.
+fn interpreted_node(flags: &[&str]) -> Option<(std::process::Output, Stacks)> {
+    let node = runtime("node", SKIP_NODE)?;
+    let dir = tmp();
+    let out = dir.path().join("interpreted.frec");
+    let node = node.to_string_lossy().into_owned();
+    let mut cmd = vec![
+        node.as_str(),
+        "--allow-natives-syntax",
+        "--no-opt",
+        "--no-sparkplug",
+    ];
+    cmd.extend_from_slice(flags);
+    cmd.extend_from_slice(&[PROGRAM, "40"]);
+    let o = record_in(Some(dir.path()), &out, &[], &cmd)?;
+    remove_jit_files(&out, Some(dir.path()));
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    Some((o, fold(&out, &[])))
+}
+
+/// node with a perf map but without `--interpreted-frames-native-stack`
+/// runs its interpreted functions under V8's one interpreter entry: it is
+/// told so, with the share `fold` shows (counted on the same samples, so
+/// within a point), and the flag it is told names those functions.
+#[test]
+fn node_is_told_the_flag_that_names_its_interpreted_functions() {
+    let entry = |s: &[String]| s.iter().any(|f| f == "Builtins_InterpreterEntryTrampoline");
+    let Some((o, stacks)) = interpreted_node(&["--perf-basic-prof"]) else {
+        return;
+    };
+    let err = stderr(&o);
+    let line = err
+        .lines()
+        .find(|l| l.contains("ran interpreted JavaScript"))
+        .unwrap_or_else(|| panic!("no word of interpreted code: {err}"));
+    assert!(
+        line.ends_with("run node with --interpreted-frames-native-stack to name its functions"),
+        "{line}"
+    );
+    let (n, all) = line
+        .split_once('(')
+        .and_then(|(_, r)| r.split_once(')'))
+        .and_then(|(counts, _)| counts.split_once(" of "))
+        .map(|(n, all)| (n.parse::<f64>().unwrap(), all.parse::<f64>().unwrap()))
+        .expect("(n of all) in the line");
+    let said = n * 100.0 / all;
+    let shown = share(&stacks, entry);
+    assert!(
+        (said - shown).abs() <= 1.0,
+        "said {said:.1}%, fold shows {shown:.1}%"
+    );
+    // Followed, the advice names them: no sample through the entry, and
+    // the program's functions named in the stacks that reach them (those
+    // unwound to `_start`; a sample in a bytecode handler, which runs in
+    // its function's frame without one of its own, stops there: about 40%
+    // here, a limit of its own). The program runs fa, fb and fc all along:
+    // start-up and the collector take about 2% of the whole stacks.
+    let Some((o, stacks)) =
+        interpreted_node(&["--perf-basic-prof", "--interpreted-frames-native-stack"])
+    else {
+        return;
+    };
+    let err = stderr(&o);
+    assert!(!err.contains("ran interpreted JavaScript"), "{err}");
+    assert!(share(&stacks, entry) < 1.0, "{err}");
+    let whole: Stacks = stacks
+        .into_iter()
+        .filter(|(s, _)| s.get(1).is_some_and(|f| f == "_start"))
+        .collect();
+    let named = share(&whole, |s| {
+        s.iter()
+            .any(|f| matches!(js_function(f), Some("fa" | "fb" | "fc")))
+    });
+    assert!(named >= 90.0, "{named:.1}% of whole stacks in fa, fb or fc");
 }

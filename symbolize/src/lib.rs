@@ -83,6 +83,19 @@ pub struct Located {
     pub root: Option<PathBuf>,
 }
 
+/// The file offsets the function symbol `name` of the ELF file at `path`
+/// covers (from its symbol tables); `None` when it is not a readable ELF
+/// file, has no such function, or the function has no size.
+pub fn function_file_range(path: &std::path::Path, name: &str) -> Option<std::ops::Range<u64>> {
+    let file = elf::read_elf(path).ok()?;
+    let obj = elf::Object::parse(&file.data)?;
+    let load = obj.load_address();
+    let (rel, size) = elf::symtab::function_named(&file.data, load, name)?;
+    let segments = elf::load_segments(&obj);
+    let start = elf::vaddr_to_file_offset(&segments, load.checked_add(rel)?)?;
+    (size > 0).then(|| start..start.saturating_add(size))
+}
+
 /// The GNU build id of the ELF file at `path`; `None` when it is not a
 /// readable ELF file or has none.
 pub fn build_id_of(path: &std::path::Path) -> Option<Vec<u8>> {
@@ -175,4 +188,37 @@ pub struct Embedding {
     pub unusable_frames: usize,
     /// Problems worth telling the user about.
     pub warnings: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[inline(never)]
+    fn probe() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// A function found by name lies at the file offsets of the code its
+    /// symbol names: this test's own function, named from its address
+    /// through the symbol tables, then found again by that name.
+    #[test]
+    fn a_function_is_found_by_name_at_its_file_offsets() {
+        let exe = std::env::current_exe().expect("own path");
+        let code = flamerec_testkit::maps::own_code_mapping(&exe);
+        let at = probe as fn() -> u64 as usize as u64;
+        let offset = at - code.start + code.pgoff;
+        let file = super::elf::read_elf(&exe).expect("ELF");
+        let obj = super::elf::Object::parse(&file.data).expect("ELF");
+        let load = obj.load_address();
+        let vaddr = super::elf::file_offset_to_vaddr(&super::elf::load_segments(&obj), offset)
+            .expect("in a segment");
+        let name = super::elf::symtab::function_names(&file.data, load, &[vaddr - load])[0]
+            .expect("named")
+            .to_string();
+        let r = super::function_file_range(&exe, &name).expect("found by name");
+        assert!(
+            r.contains(&offset),
+            "{name}: {r:x?} does not hold {offset:#x}"
+        );
+        assert!(super::function_file_range(&exe, "flamerec_no_such_function").is_none());
+    }
 }

@@ -6,6 +6,9 @@ use std::collections::HashMap;
 
 use super::JitNames;
 
+/// Scripts that run node (and take its flags through `NODE_OPTIONS`).
+const NODE_LAUNCHERS: [&str; 4] = ["npm", "npx", "yarn", "pnpm"];
+
 /// The JDK's tools that run a JVM of their own (and take its flags as
 /// `-J…`).
 const JDK_TOOLS: [&str; 6] = ["javac", "jshell", "jar", "javadoc", "jlink", "jpackage"];
@@ -51,14 +54,31 @@ impl JitNames {
             let comm = self.comms.get(pid).map_or("", String::as_str);
             *of_comm.entry(comm).or_default() += n;
         }
-        let mut advice: Vec<(u64, String)> = by_comm
+        // Every sample counted here was counted in `samples` too.
+        let all_of = |comm: &str, n: u64| of_comm.get(comm).copied().unwrap_or(0).max(n);
+        let told: Vec<(&str, bool, u64)> = by_comm
             .into_iter()
-            .filter_map(|((comm, wrote), n)| {
-                // Every sample counted here was counted in `samples` too.
-                let all = of_comm.get(comm).copied().unwrap_or(0).max(n);
-                (n * 100 >= all).then(|| (n, setup_advice(comm, wrote, n, all)))
-            })
+            .filter(|&((comm, _), n)| n * 100 >= all_of(comm, n))
+            .map(|((comm, wrote), n)| (comm, wrote, n))
             .collect();
+        let mut advice: Vec<(u64, String)> = told
+            .iter()
+            .map(|&(comm, wrote, n)| (n, setup_advice(comm, wrote, n, all_of(comm, n))))
+            .collect();
+        // Interpreted JavaScript behind V8's one entry, unless the flag that
+        // names it was advised already (with the perf flag).
+        let mut interpreted: HashMap<&str, u64> = HashMap::new();
+        for (pid, &n) in &self.interpreted {
+            let comm = self.comms.get(pid).map_or("", String::as_str);
+            *interpreted.entry(comm).or_default() += n;
+        }
+        for (comm, n) in interpreted {
+            let flagged = told.iter().any(|&(c, wrote, _)| c == comm && !wrote);
+            let all = all_of(comm, n);
+            if !flagged && n * 100 >= all {
+                advice.push((n, interpreted_advice(comm, n, all)));
+            }
+        }
         advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         advice.into_iter().map(|(_, a)| a).collect()
     }
@@ -92,12 +112,27 @@ fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
     )
 }
 
+/// What names node's interpreted functions, said when `n` of the `all`
+/// samples of processes named `comm` ran through V8's interpreter entry.
+fn interpreted_advice(comm: &str, n: u64, all: u64) -> String {
+    let who = if comm.is_empty() { "processes" } else { comm };
+    let pct = n * 100 / all.max(1);
+    let how = if NODE_LAUNCHERS.contains(&command_of(comm)) {
+        "run it with NODE_OPTIONS='--interpreted-frames-native-stack'"
+    } else {
+        "run node with --interpreted-frames-native-stack"
+    };
+    format!(
+        "{pct}% of the samples of {who} ({n} of {all}) ran interpreted JavaScript, shown as \
+         Builtins_InterpreterEntryTrampoline: {how} to name its functions"
+    )
+}
+
 /// The flags that make the runtime behind a command name its JIT code,
 /// spelled for that command: a JDK tool passes JVM flags as `-J-XX:…`, a
 /// node launcher script (npm, npx, yarn) takes node's flags through
 /// `NODE_OPTIONS`.
 fn runtime_advice(comm: &str) -> &'static str {
-    const NODE_LAUNCHERS: [&str; 4] = ["npm", "npx", "yarn", "pnpm"];
     let command = command_of(comm);
     if command == "node" {
         "run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"
@@ -141,6 +176,17 @@ mod tests {
             late.ends_with("(node writes its last records when it exits)"),
             "{late}"
         );
+        let node = interpreted_advice("node", 89, 100);
+        assert!(
+            node.starts_with("89% of the samples of node (89 of 100) ran interpreted"),
+            "{node}"
+        );
+        assert!(
+            node.ends_with("run node with --interpreted-frames-native-stack to name its functions"),
+            "{node}"
+        );
+        assert!(interpreted_advice("npm", 5, 10)
+            .contains("NODE_OPTIONS='--interpreted-frames-native-stack'"));
         let java = setup_advice("java", true, 98, 100);
         assert!(!java.contains("node"), "{java}");
         assert!(!late.contains("--perf-prof"), "{late}");

@@ -38,6 +38,7 @@ use crate::pynames::PY_PREFIX;
 
 mod advice;
 mod at_end;
+mod interpreted;
 mod unwinding;
 
 use unwinding::{find_trampolines, register};
@@ -77,6 +78,10 @@ pub(crate) struct JitNames {
     /// Per address of a frame no file named when sampled: per process,
     /// the first and last time it was sampled (see [`JitNames::name_at_end`]).
     spans: HashMap<u64, Vec<(u32, u64, u64)>>,
+    /// node binaries' interpreter entries (module, file offsets), and per
+    /// process the samples that ran through one (see `interpreted`).
+    interpreter_entries: Vec<(ModuleId, Range<u64>)>,
+    interpreted: HashMap<u32, u64>,
     /// Samples per process, for each command's share.
     samples: HashMap<u32, u64>,
     comms: HashMap<u32, String>,
@@ -291,6 +296,7 @@ impl JitNames {
         frames: &mut [Frame],
     ) {
         self.learn_modules(writer);
+        self.count_interpreted(pid, frames);
         let mut unnamed = Vec::new();
         for f in frames.iter_mut() {
             if !self.anon.get(f.module as usize).copied().unwrap_or(false) {
@@ -404,6 +410,7 @@ impl JitNames {
                 m.kind != ModuleKind::Anonymous && flamerec_python::is_cpython_binary(&m.path);
             self.interpreter.push(cpython);
             let id = (from + i) as ModuleId;
+            self.learn_interpreter_entry(id, m);
             // Not the recorder's own: JIT names' modules, the Python
             // frames' (`[python]`, named by the Python reader), and
             // addresses no mapping holds.

@@ -81,6 +81,15 @@ pub(crate) fn file_offset_to_vaddr(segments: &[Segment], file_offset: u64) -> Op
     seg.vaddr.checked_add(file_offset - seg.offset)
 }
 
+/// The file offset of the code at ELF address `vaddr`, through the segment
+/// holding it.
+pub(crate) fn vaddr_to_file_offset(segments: &[Segment], vaddr: u64) -> Option<u64> {
+    let seg = segments
+        .iter()
+        .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
+    seg.offset.checked_add(vaddr - seg.vaddr)
+}
+
 /// Whether `obj` carries `expected` as its GNU build id (any id passes when
 /// `expected` is empty: nothing was recorded to compare with).
 pub(crate) fn build_id_matches(obj: &Object<'_>, expected: &[u8]) -> bool {

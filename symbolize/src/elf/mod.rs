@@ -16,6 +16,7 @@ pub(crate) mod sections;
 pub(crate) mod symtab;
 
 pub(crate) use file::{
-    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, Segment,
+    build_id_matches, file_offset_to_vaddr, hex, load_segments, read_elf, vaddr_to_file_offset,
+    Segment,
 };
 pub(crate) use object::Object;

@@ -88,6 +88,18 @@ pub(crate) fn function_names<'d>(
     out
 }
 
+/// The function symbol `name` of the image `data`: its address relative
+/// to `load_address` and its size, the first of that name read; `None`
+/// when there is none, and when `data` is not ELF.
+pub(crate) fn function_named(data: &[u8], load_address: u64, name: &str) -> Option<(u64, u64)> {
+    let mut found = Vec::new();
+    let names = for_each_function(data, load_address, |c| found.push(c));
+    found
+        .into_iter()
+        .find(|c| names.get(c.table).and_then(|t| name_at(t, c.name)) == Some(name))
+        .map(|c| (c.address, c.size))
+}
+
 /// Calls `each` on every function symbol of the image `data` that counts
 /// (see the module docs), in reading order, and returns the string tables
 /// of `.symtab` and `.dynsym` (empty when absent, and both when `data` is
