@@ -693,3 +693,60 @@ fn node_is_told_the_flag_that_names_its_interpreted_functions() {
     });
     assert!(named >= 90.0, "{named:.1}% of whole stacks in fa, fb or fc");
 }
+
+/// `npm run` starts the node that runs a package's script: the advice is
+/// spelled for the command given (`NODE_OPTIONS`, which npm passes on to
+/// that node), and followed it names the script's functions. The program
+/// runs 100 units, about as long as npm takes to start: 60% of the samples
+/// fell in fa, fb or fc followed (0% before, all `[anon]`), so 35% leaves
+/// a wide margin for a loaded machine, which slows both alike.
+#[test]
+fn npm_is_told_the_node_options_that_name_its_script() {
+    let Some(npm) = runtime("npm", SKIP_NODE) else {
+        return;
+    };
+    let dir = tmp();
+    let script = format!("node --allow-natives-syntax {PROGRAM} 100");
+    let package = serde_json::json!({
+        "name": "known-profile",
+        "version": "1.0.0",
+        "private": true,
+        "scripts": { "bench": script },
+    });
+    std::fs::write(dir.path().join("package.json"), package.to_string()).expect("write");
+    let npm = npm.to_string_lossy().into_owned();
+    let run = |env: &[&str], name: &str| {
+        let out = dir.path().join(name);
+        let mut cmd = vec!["env"];
+        cmd.extend_from_slice(env);
+        cmd.extend_from_slice(&[npm.as_str(), "run", "--silent", "bench"]);
+        let o = record_in(Some(dir.path()), &out, &[], &cmd)?;
+        remove_jit_files(&out, None);
+        assert!(o.status.success(), "record failed: {}", stderr(&o));
+        Some((stderr(&o), fold(&out, &[])))
+    };
+    let Some((err, _)) = run(&[], "npm.frec") else {
+        return;
+    };
+    let line = err
+        .lines()
+        .find(|l| l.contains("of the samples of node"))
+        .unwrap_or_else(|| panic!("no advice for node: {err}"));
+    let options = "--perf-basic-prof --interpreted-frames-native-stack";
+    assert!(
+        line.ends_with(&format!("run it with NODE_OPTIONS='{options}'")),
+        "{line}"
+    );
+    let Some((err, stacks)) = run(&[&format!("NODE_OPTIONS={options}")], "followed.frec") else {
+        return;
+    };
+    assert!(!err.contains("ran JIT code that no perf map"), "{err}");
+    let named = share(&stacks, |s| {
+        s.iter()
+            .any(|f| matches!(js_function(f), Some("fa" | "fb" | "fc")))
+    });
+    assert!(
+        named >= 35.0,
+        "{named:.1}% of samples in fa, fb or fc\n{err}"
+    );
+}

@@ -25,6 +25,14 @@ fn is_jvm(comm: &str) -> bool {
 }
 
 impl JitNames {
+    /// Whether processes named `comm` were started by the recorded command
+    /// rather than being it (npm's node, a build tool's java).
+    fn behind(&self, comm: &str) -> bool {
+        self.command
+            .as_deref()
+            .is_some_and(|c| command_of(c) != command_of(comm))
+    }
+
     /// Whether a JVM was among the processes whose JIT code was followed.
     pub(crate) fn followed_a_jvm(&self) -> bool {
         self.procs
@@ -63,7 +71,10 @@ impl JitNames {
             .collect();
         let mut advice: Vec<(u64, String)> = told
             .iter()
-            .map(|&(comm, wrote, n)| (n, setup_advice(comm, wrote, n, all_of(comm, n))))
+            .map(|&(comm, wrote, n)| {
+                let behind = self.behind(comm);
+                (n, setup_advice(comm, behind, wrote, n, all_of(comm, n)))
+            })
             .collect();
         // Interpreted JavaScript behind V8's one entry, unless the flag that
         // names it was advised already (with the perf flag).
@@ -76,7 +87,7 @@ impl JitNames {
             let flagged = told.iter().any(|&(c, wrote, _)| c == comm && !wrote);
             let all = all_of(comm, n);
             if !flagged && n * 100 >= all {
-                advice.push((n, interpreted_advice(comm, n, all)));
+                advice.push((n, interpreted_advice(comm, self.behind(comm), n, all)));
             }
         }
         advice.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -86,9 +97,11 @@ impl JitNames {
 
 /// What a runtime needs for its JIT code to be named, said when `n` of
 /// the `all` samples of processes named `comm` had a frame in anonymous
-/// memory that no file named, anywhere in their stacks; `wrote` when they
-/// did write a map or dump, just not (yet) for that code.
-fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
+/// memory that no file named, anywhere in their stacks; `behind` when the
+/// command recorded is another program that started them (npm, gradle, a
+/// shell script); `wrote` when they did write a map or dump, just not (yet)
+/// for that code.
+fn setup_advice(comm: &str, behind: bool, wrote: bool, n: u64, all: u64) -> String {
     let who = if comm.is_empty() { "processes" } else { comm };
     let pct = n * 100 / all.max(1);
     let share = format!("{pct}% of the samples of {who} ({n} of {all}) ran JIT code");
@@ -108,16 +121,16 @@ fn setup_advice(comm: &str, wrote: bool, n: u64, all: u64) -> String {
     }
     format!(
         "{share} that no perf map or jitdump named: {}",
-        runtime_advice(comm)
+        runtime_advice(comm, behind)
     )
 }
 
 /// What names node's interpreted functions, said when `n` of the `all`
 /// samples of processes named `comm` ran through V8's interpreter entry.
-fn interpreted_advice(comm: &str, n: u64, all: u64) -> String {
+fn interpreted_advice(comm: &str, behind: bool, n: u64, all: u64) -> String {
     let who = if comm.is_empty() { "processes" } else { comm };
     let pct = n * 100 / all.max(1);
-    let how = if NODE_LAUNCHERS.contains(&command_of(comm)) {
+    let how = if behind || NODE_LAUNCHERS.contains(&command_of(comm)) {
         "run it with NODE_OPTIONS='--interpreted-frames-native-stack'"
     } else {
         "run node with --interpreted-frames-native-stack"
@@ -129,19 +142,26 @@ fn interpreted_advice(comm: &str, n: u64, all: u64) -> String {
 }
 
 /// The flags that make the runtime behind a command name its JIT code,
-/// spelled for that command: a JDK tool passes JVM flags as `-J-XX:…`, a
-/// node launcher script (npm, npx, yarn) takes node's flags through
-/// `NODE_OPTIONS`.
-fn runtime_advice(comm: &str) -> &'static str {
+/// spelled for that command: a JDK tool passes JVM flags as `-J-XX:…`; a
+/// runtime the recorded command started (`behind`: npm's node, gradle's or
+/// a script's java) and a node launcher take them from the environment
+/// (`NODE_OPTIONS`, `JAVA_TOOL_OPTIONS`, `PYTHONPERFSUPPORT`), which the
+/// launcher passes on.
+fn runtime_advice(comm: &str, behind: bool) -> &'static str {
     let command = command_of(comm);
-    if command == "node" {
+    let launcher = NODE_LAUNCHERS.contains(&command);
+    if command == "node" && !behind {
         "run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"
-    } else if NODE_LAUNCHERS.contains(&command) {
+    } else if command == "node" || launcher {
         "run it with NODE_OPTIONS='--perf-basic-prof --interpreted-frames-native-stack'"
-    } else if JDK_TOOLS.contains(&command) {
+    } else if JDK_TOOLS.contains(&command) && !behind {
         "run it with -J-XX:+PreserveFramePointer -J-XX:+UnlockDiagnosticVMOptions -J-XX:+DumpPerfMapAtExit"
-    } else if command.starts_with("java") {
+    } else if is_jvm(comm) && behind {
+        "run it with JAVA_TOOL_OPTIONS='-XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit'"
+    } else if is_jvm(comm) {
         "run java with -XX:+PreserveFramePointer -XX:+UnlockDiagnosticVMOptions -XX:+DumpPerfMapAtExit, or `jcmd PID Compiler.perfmap` before it ends"
+    } else if command.starts_with("python") && behind {
+        "run it with PYTHONPERFSUPPORT=1 (CPython 3.12+)"
     } else if command.starts_with("python") {
         "run CPython 3.12+ with -X perf"
     } else {
@@ -155,7 +175,7 @@ mod tests {
 
     #[test]
     fn the_advice_names_the_flag_or_says_the_records_came_late() {
-        let none = setup_advice("node", false, 85, 100);
+        let none = setup_advice("node", false, false, 85, 100);
         assert!(
             none.starts_with("85% of the samples of node (85 of 100) ran JIT code"),
             "{none}"
@@ -164,19 +184,21 @@ mod tests {
             none.ends_with("--perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"),
             "{none}"
         );
-        assert!(setup_advice("python3.12", false, 3, 100).ends_with("with -X perf"));
+        assert!(setup_advice("python3.12", false, false, 3, 100).ends_with("with -X perf"));
         // Each launcher in its own spelling.
-        assert!(runtime_advice("javac").starts_with("run it with -J-XX:+PreserveFramePointer"));
-        assert!(runtime_advice("java").starts_with("run java with -XX:"));
-        assert!(runtime_advice("npm run bench").contains("NODE_OPTIONS="));
-        assert!(runtime_advice("npx").contains("NODE_OPTIONS="));
-        let late = setup_advice("node", true, 19, 100);
+        assert!(
+            runtime_advice("javac", false).starts_with("run it with -J-XX:+PreserveFramePointer")
+        );
+        assert!(runtime_advice("java", false).starts_with("run java with -XX:"));
+        assert!(runtime_advice("npm run bench", false).contains("NODE_OPTIONS="));
+        assert!(runtime_advice("npx", false).contains("NODE_OPTIONS="));
+        let late = setup_advice("node", false, true, 19, 100);
         assert!(late.contains("wrote no record for"), "{late}");
         assert!(
             late.ends_with("(node writes its last records when it exits)"),
             "{late}"
         );
-        let node = interpreted_advice("node", 89, 100);
+        let node = interpreted_advice("node", false, 89, 100);
         assert!(
             node.starts_with("89% of the samples of node (89 of 100) ran interpreted"),
             "{node}"
@@ -185,9 +207,14 @@ mod tests {
             node.ends_with("run node with --interpreted-frames-native-stack to name its functions"),
             "{node}"
         );
-        assert!(interpreted_advice("npm", 5, 10)
+        assert!(interpreted_advice("npm", false, 5, 10)
             .contains("NODE_OPTIONS='--interpreted-frames-native-stack'"));
-        let java = setup_advice("java", true, 98, 100);
+        // Started by another command: spelled for the environment.
+        assert!(runtime_advice("node", true).starts_with("run it with NODE_OPTIONS="));
+        assert!(runtime_advice("java", true).starts_with("run it with JAVA_TOOL_OPTIONS="));
+        assert!(runtime_advice("python3.12", true).contains("PYTHONPERFSUPPORT=1"));
+        assert!(interpreted_advice("node", true, 5, 10).contains("NODE_OPTIONS="));
+        let java = setup_advice("java", false, true, 98, 100);
         assert!(!java.contains("node"), "{java}");
         assert!(!late.contains("--perf-prof"), "{late}");
     }

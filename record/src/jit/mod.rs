@@ -82,6 +82,9 @@ pub(crate) struct JitNames {
     /// process the samples that ran through one (see `interpreted`).
     interpreter_entries: Vec<(ModuleId, Range<u64>)>,
     interpreted: HashMap<u32, u64>,
+    /// The command the recording started, by its process name: processes
+    /// of other names ran behind it (see `advice`).
+    pub(crate) command: Option<String>,
     /// Samples per process, for each command's share.
     samples: HashMap<u32, u64>,
     comms: HashMap<u32, String>,
@@ -212,6 +215,8 @@ impl JitNames {
 
     /// `pid` called exec: its files were the old image's.
     pub(crate) fn exec(&mut self, pid: u32) {
+        // Its name is read again: a shell that exec'd node is node now.
+        self.comms.remove(&pid);
         self.done.remove(&pid);
         self.procs.remove(&pid);
         self.unreadable.remove(&pid);

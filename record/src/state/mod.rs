@@ -228,6 +228,7 @@ impl<W: io::Write> State<W> {
 
     /// The command flamerec started, named as the kernel will name it.
     pub(crate) fn command_started(&mut self, pid: u32, comm: &str) {
+        self.jit.command = Some(comm.to_string());
         self.seen(pid, pid);
         self.conv.writer_mut().comm(0, pid, pid, comm, true);
     }
