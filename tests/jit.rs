@@ -54,6 +54,23 @@ pub(crate) fn js_function(frame: &str) -> Option<&str> {
     rest.split(' ').next()
 }
 
+/// The line of `err` that says `what`, and the share it gives (its
+/// `(n of all)`, unrounded); the test fails naming what it lacked.
+fn advice_line<'a>(err: &'a str, what: &str) -> (&'a str, f64) {
+    let line = err
+        .lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line with {what:?}: {err}"));
+    let share = line
+        .split_once(" (")
+        .and_then(|(_, r)| r.split_once(')'))
+        .and_then(|(counts, _)| counts.split_once(" of "))
+        .and_then(|(n, all)| Some((n.parse::<f64>().ok()?, all.parse::<f64>().ok()?)))
+        .map(|(n, all)| n * 100.0 / all)
+        .unwrap_or_else(|| panic!("no (n of all) in {line}"));
+    (line, share)
+}
+
 /// Records the program under node with `flag` in a fresh directory (node
 /// writes its jitdump there), removes the runtime's files, folds per
 /// process, and checks names, shares and whole stacks.
@@ -259,23 +276,13 @@ fn node_without_a_perf_flag_is_told_what_it_needs() {
     };
     // Most samples are in optimized JS: far above the 1% the advice needs.
     let err = stderr(&o);
-    let line = err
-        .lines()
-        .find(|l| l.contains("of the samples of node ("))
-        .unwrap_or_else(|| panic!("no advice for node: {err}"));
+    let (line, said) = advice_line(&err, "of the samples of node (");
     assert!(
         line.ends_with("that no perf map or jitdump named: run node with --perf-basic-prof --interpreted-frames-native-stack (or --perf-prof)"),
         "{line}"
     );
     // Its share counts every sample with an unnamed JIT frame anywhere in
-    // its stack, of node's samples: what fold shows (within a point: the
-    // share is printed rounded down).
-    let said: f64 = line
-        .split("% of the samples of node")
-        .next()
-        .and_then(|p| p.rsplit(' ').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no share in {line}"));
+    // its stack, of node's samples: what fold shows (within a point).
     let stacks = fold(&out, &["--per-process"]);
     let node: Vec<_> = stacks
         .into_iter()
@@ -649,21 +656,11 @@ fn node_is_told_the_flag_that_names_its_interpreted_functions() {
         return;
     };
     let err = stderr(&o);
-    let line = err
-        .lines()
-        .find(|l| l.contains("ran interpreted JavaScript"))
-        .unwrap_or_else(|| panic!("no word of interpreted code: {err}"));
+    let (line, said) = advice_line(&err, "ran interpreted JavaScript");
     assert!(
         line.ends_with("run node with --interpreted-frames-native-stack to name its functions"),
         "{line}"
     );
-    let (n, all) = line
-        .split_once('(')
-        .and_then(|(_, r)| r.split_once(')'))
-        .and_then(|(counts, _)| counts.split_once(" of "))
-        .map(|(n, all)| (n.parse::<f64>().unwrap(), all.parse::<f64>().unwrap()))
-        .expect("(n of all) in the line");
-    let said = n * 100.0 / all;
     let shown = share(&stacks, entry);
     assert!(
         (said - shown).abs() <= 1.0,
@@ -728,10 +725,7 @@ fn npm_is_told_the_node_options_that_name_its_script() {
     let Some((err, _)) = run(&[], "npm.frec") else {
         return;
     };
-    let line = err
-        .lines()
-        .find(|l| l.contains("of the samples of node"))
-        .unwrap_or_else(|| panic!("no advice for node: {err}"));
+    let (line, _) = advice_line(&err, "of the samples of node");
     let options = "--perf-basic-prof --interpreted-frames-native-stack";
     assert!(
         line.ends_with(&format!("run it with NODE_OPTIONS='{options}'")),
