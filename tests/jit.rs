@@ -744,3 +744,41 @@ fn npm_is_told_the_node_options_that_name_its_script() {
         "{named:.1}% of samples in fa, fb or fc\n{err}"
     );
 }
+
+/// A sample in code without unwind rules is stepped by a guess: node's
+/// bytecode handlers (no rules in node's binary) ended 1,500 of 6,185
+/// stacks at one frame as if whole. Every stack that stops there is now
+/// counted cut: the recording's cut stacks are at least its one-frame
+/// user stacks of node (other threads start at `clone3`, whole).
+#[test]
+fn a_stack_ended_by_a_guess_is_counted_cut() {
+    let Some(node) = runtime("node", SKIP_NODE) else {
+        return;
+    };
+    let dir = tmp();
+    let out = dir.path().join("handlers.frec");
+    let node = node.to_string_lossy().into_owned();
+    let cmd = [
+        node.as_str(),
+        "--allow-natives-syntax",
+        "--no-opt",
+        "--no-sparkplug",
+        PROGRAM,
+        "40",
+    ];
+    let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
+        return;
+    };
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let one_frame: u64 = fold(&out, &[])
+        .iter()
+        .filter(|(s, _)| s.len() == 2 && s[1].starts_with("Builtins_"))
+        .map(|s| s.1)
+        .sum();
+    let cut = info_json(&out)["truncated_stacks"].as_u64().unwrap_or(0);
+    assert!(one_frame > 100, "{one_frame} samples in a handler alone");
+    assert!(
+        cut >= one_frame,
+        "{cut} counted cut, {one_frame} one-frame stacks"
+    );
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder as _};
 
-use crate::fallback::{in_ranges, step_by_rbx, CfiModule};
+use crate::fallback::{in_ranges, rules, step_by_rbx, CfiModule};
 use crate::{Beyond, Cut, FrameState, Outcome, OuterFrames, Process, UserRegs};
 
 /// The copied slice of a stack: `bytes` from address `start` upwards.
@@ -203,6 +203,13 @@ impl Walk<'_, '_, '_> {
         };
         let ra = match step {
             Ok(Some(ra)) => ra,
+            // A leaf without unwind rules is stepped by a guess (its return
+            // address taken from the top of the stack): an end of the stack
+            // found so is not proven (node's builtins have no rules, and a
+            // 0 there ended 1,500 of 6,185 stacks at one frame as if whole).
+            Ok(None) if self.history.is_empty() && !self.proc.has_rules(lookup) => {
+                return Err(Cut::NoRule)
+            }
             Ok(None) => return Ok(None),
             Err(()) => {
                 let proc = self.proc;
@@ -326,6 +333,12 @@ impl Process {
     fn cfi_module(&self, addr: u64) -> Option<CfiModule> {
         let (_, m) = self.ranges.range(..=addr).next_back()?;
         (addr < m.end).then(|| m.cfi.clone()).flatten()
+    }
+
+    /// Whether a module's DWARF has a row for `addr`.
+    fn has_rules(&self, addr: u64) -> bool {
+        self.cfi_module(addr)
+            .is_some_and(|m| rules(&m, addr).is_some())
     }
 
     /// Whether the row of `addr` keeps its CFA where framehop cannot see.

@@ -501,7 +501,7 @@ pub(crate) fn cut_warning(
             " (JIT code is unwound by frame pointers, which java keeps only with \
              -XX:+PreserveFramePointer)"
         } else {
-            " (nothing flamerec can do about those)"
+            " (-g fp walks past such code where it keeps frame pointers)"
         };
         causes.push(format!(
             "{other} ran through code without usable unwind information{help}"
@@ -526,6 +526,7 @@ mod tests {
         assert!(java.contains("-XX:+PreserveFramePointer"), "{java}");
         let other = cut_warning(50, &live, 1000, false, false).expect("5% cut");
         assert!(!other.contains("java"), "{other}");
+        assert!(other.ends_with("(-g fp walks past such code where it keeps frame pointers)"));
         assert!(
             cut_warning(5, &live, 1000, false, true).is_none(),
             "under 1%"
