@@ -625,8 +625,9 @@ fn an_executable_run_from_a_memfd_is_named_not_taken_for_jit() {
 
 /// Records the known-profile program under node kept in its interpreter
 /// (`--no-opt --no-sparkplug`: what a short script or cold code runs in)
-/// with `flags`; the output and the stacks.
-fn interpreted_node(flags: &[&str]) -> Option<(std::process::Output, Stacks)> {
+/// with `flags`; the output, the stacks, and how many stacks the
+/// recording counts cut.
+fn interpreted_node(flags: &[&str]) -> Option<(std::process::Output, Stacks, u64)> {
     let node = runtime("node", SKIP_NODE)?;
     let dir = tmp();
     let out = dir.path().join("interpreted.frec");
@@ -642,7 +643,8 @@ fn interpreted_node(flags: &[&str]) -> Option<(std::process::Output, Stacks)> {
     let o = record_in(Some(dir.path()), &out, &[], &cmd)?;
     remove_jit_files(&out, Some(dir.path()));
     assert!(o.status.success(), "record failed: {}", stderr(&o));
-    Some((o, fold(&out, &[])))
+    let cut = info_json(&out)["truncated_stacks"].as_u64().unwrap_or(0);
+    Some((o, fold(&out, &[]), cut))
 }
 
 /// node with a perf map but without `--interpreted-frames-native-stack`
@@ -652,7 +654,7 @@ fn interpreted_node(flags: &[&str]) -> Option<(std::process::Output, Stacks)> {
 #[test]
 fn node_is_told_the_flag_that_names_its_interpreted_functions() {
     let entry = |s: &[String]| s.iter().any(|f| f == "Builtins_InterpreterEntryTrampoline");
-    let Some((o, stacks)) = interpreted_node(&["--perf-basic-prof"]) else {
+    let Some((o, stacks, _)) = interpreted_node(&["--perf-basic-prof"]) else {
         return;
     };
     let err = stderr(&o);
@@ -672,7 +674,7 @@ fn node_is_told_the_flag_that_names_its_interpreted_functions() {
     // its function's frame without one of its own, stops there: about 40%
     // here, a limit of its own). The program runs fa, fb and fc all along:
     // start-up and the collector take about 2% of the whole stacks.
-    let Some((o, stacks)) =
+    let Some((o, stacks, _)) =
         interpreted_node(&["--perf-basic-prof", "--interpreted-frames-native-stack"])
     else {
         return;
@@ -752,30 +754,14 @@ fn npm_is_told_the_node_options_that_name_its_script() {
 /// user stacks of node (other threads start at `clone3`, whole).
 #[test]
 fn a_stack_ended_by_a_guess_is_counted_cut() {
-    let Some(node) = runtime("node", SKIP_NODE) else {
+    let Some((_, stacks, cut)) = interpreted_node(&[]) else {
         return;
     };
-    let dir = tmp();
-    let out = dir.path().join("handlers.frec");
-    let node = node.to_string_lossy().into_owned();
-    let cmd = [
-        node.as_str(),
-        "--allow-natives-syntax",
-        "--no-opt",
-        "--no-sparkplug",
-        PROGRAM,
-        "40",
-    ];
-    let Some(o) = record_in(Some(dir.path()), &out, &[], &cmd) else {
-        return;
-    };
-    assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let one_frame: u64 = fold(&out, &[])
+    let one_frame: u64 = stacks
         .iter()
         .filter(|(s, _)| s.len() == 2 && s[1].starts_with("Builtins_"))
         .map(|s| s.1)
         .sum();
-    let cut = info_json(&out)["truncated_stacks"].as_u64().unwrap_or(0);
     assert!(one_frame > 100, "{one_frame} samples in a handler alone");
     assert!(
         cut >= one_frame,

@@ -49,7 +49,7 @@ impl JitNames {
                 .dumps
                 .iter()
                 .flat_map(|(d, _)| d.loads_covering(addr))
-                .any(|o| o.time > load.time && o.time <= last && !std::ptr::eq(o, load));
+                .any(|o| o.time > load.time && o.time <= last);
             if replaced || dump.lookup(addr, last).map(|l| l.name.as_str()) != Some(&load.name) {
                 return None;
             }

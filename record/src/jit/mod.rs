@@ -529,9 +529,7 @@ enum Source {
 
 /// The command name of `pid` now (empty when it is gone).
 fn comm_of(pid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| c.trim_end().to_string())
-        .unwrap_or_default()
+    flamerec_perf::procfs::comm_of(pid, pid).unwrap_or_default()
 }
 
 /// A runtime's jitdump: `jit-<pid>.dump` (the name perf looks for).

@@ -29,42 +29,41 @@ impl PythonStats {
     /// their native frames only (more than 1% of them), and about perf
     /// trampolines that named other code than the Python frame they called.
     pub(crate) fn warnings(&self, fp: bool) -> Vec<String> {
-        let s = self;
         let mut out = Vec::new();
-        let alone = s.unwalked + s.unpaired;
-        let all = alone + s.spliced;
+        let alone = self.unwalked + self.unpaired;
+        let all = alone + self.spliced;
         if alone * 100 > all {
             // Frame pointers stop at the first CPython function built without
             // them, short of the eval-loop calls the runs stand for.
-            let help = if fp && s.unpaired * 2 > all {
+            let help = if fp && self.unpaired * 2 > all {
                 "; with frame pointers only, the native stack of a CPython built without them does not reach its eval loop: record with -g dwarf (the default) to see Python frames"
             } else {
                 ""
             };
             out.push(format!(
                 "{alone} of {all} samples of CPython threads kept their native frames only: {} came with no walk of their Python frames at the sample (taken before flamerec knew their thread, which it reads when it first samples one it does not know, or not walked by the kernel), {} had runs of Python frames and eval-loop frames that did not pair one for one{help}",
-                s.unwalked, s.unpaired
+                self.unwalked, self.unpaired
             ));
         }
-        if s.code_gone > 0 {
+        if self.code_gone > 0 {
             use flamerec_python::bpf::{FILE_BYTES, NAMED_FRAMES, NAME_BYTES};
             out.push(format!(
                 "{} Python frames are shown as [Python code freed before it was named]: their code object was freed after the sample, before flamerec read its name, and the walk at the sample did not read it (it reads the names of the innermost {NAMED_FRAMES} frames' code, ASCII names under {NAME_BYTES} characters and file names under {FILE_BYTES})",
-                s.code_gone
+                self.code_gone
             ));
         }
-        if s.walks_full > 0 {
+        if self.walks_full > 0 {
             out.push(format!(
                 "{} samples ran more than {} Python frames deep (the most one walk reads): the Python frames of their innermost eval-loop calls are shown, the outer calls keep their native frames",
-                s.walks_full,
+                self.walks_full,
                 flamerec_python::bpf::MAX_BPF_FRAMES,
             ));
         }
-        if s.trampolines_named_otherwise > 0 {
+        if self.trampolines_named_otherwise > 0 {
             out.push(format!(
                 "{} of {} perf trampolines (-X perf) named other code than the Python frame they called, read at the sample; both are shown",
-                s.trampolines_named_otherwise,
-                s.trampolines_named_otherwise + s.trampolines_named_alike
+                self.trampolines_named_otherwise,
+                self.trampolines_named_otherwise + self.trampolines_named_alike
             ));
         }
         out

@@ -31,7 +31,7 @@ use crate::sys::{self, SuspendedChild, WaitStatus};
 use crate::{Progress, RecordError, RecordOptions, RecordSummary, RingReaders, Target};
 use plan::{python_walker, selection, Launch, Plan, MAX_STACK_SIZE};
 use running::begin;
-use stop::{write_out, Stopping};
+use stop::{write_out, Stopped};
 
 /// How often `--pid` recordings look whether their processes still run.
 const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -96,7 +96,7 @@ struct Opened {
 impl Session {
     /// Opens the file and the events, starts the command and describes
     /// what already runs: from here on the rings fill.
-    fn set_up(opts: &RecordOptions, plan: Plan) -> Result<Session, RecordError> {
+    fn set_up(opts: &RecordOptions, mut plan: Plan) -> Result<Session, RecordError> {
         // Before anything is started: a failure here leaves nothing behind.
         let names = match &opts.embed_names {
             Some(e) => Some(
@@ -115,7 +115,7 @@ impl Session {
             ),
             None => None,
         };
-        let mut warnings = plan.warnings.clone();
+        let mut warnings = std::mem::take(&mut plan.warnings);
         let opened = Opened::open(opts, &plan, child.as_ref().map(|c| c.pid()), &mut warnings)?;
         let signals = Signals::register()?;
         let start_mono = sys::monotonic_ns();
@@ -322,19 +322,14 @@ impl Session {
 
     /// Stops sampling, drains what is left, writes the trailer and the names.
     fn finish(self, opts: &RecordOptions, mut ended: Ended) -> Result<RecordSummary, RecordError> {
-        let (pid, names) = (self.pid, self.names);
-        let (finished, duration, ring_readers) = Stopping {
-            st: self.st,
-            events: self.events,
-            kallsyms_loader: self.kallsyms_loader,
-            max_stack: self.max_stack,
-            signals: self.signals,
-            started: self.started,
-            scratch: self.scratch,
-            readers: self.readers,
-        }
-        .stop();
-        let (mut written, bytes) = write_out(opts, finished, names)?;
+        let pid = self.pid;
+        let Stopped {
+            finished,
+            duration,
+            ring_readers,
+            names,
+        } = self.stop();
+        let (written, bytes) = write_out(opts, finished, names)?;
         if let (None, Some(p)) = (ended.exit, pid) {
             if ended.signals_seen < 2 {
                 // -d elapsed: the command keeps running unrecorded; wait for
@@ -342,7 +337,6 @@ impl Session {
                 ended.exit = wait_blocking(p);
             }
         }
-        written.warnings.extend(written.loss_warning.take());
         let recorder_cpu = procfs::own_cpu_ticks()
             .ok()
             .map(|t| Duration::from_millis(t * 1000 / procfs::TICKS_PER_SECOND));

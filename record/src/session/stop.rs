@@ -3,40 +3,25 @@
 //! names section written and the file closed.
 
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use flamerec_format::Totals;
-use flamerec_symbolize::kallsyms::Kallsyms;
 
-use super::{join_kallsyms, output_error};
+use super::{join_kallsyms, output_error, Session};
 use crate::depth::MaxStack;
 use crate::embed::{Names, Pending};
-use crate::readers::Readers;
-use crate::rings::Event;
-use crate::signals::Signals;
 use crate::spool::Spool;
-use crate::state::{Finished, State};
+use crate::state::Finished;
 use crate::sys;
 use crate::{CallGraph, NamesSummary, RecordError, RecordOptions};
 
-/// The parts of a recording that its stop needs.
-pub(super) struct Stopping {
-    pub st: State<Spool>,
-    pub events: Vec<Event>,
-    pub kallsyms_loader: Option<std::thread::JoinHandle<Kallsyms>>,
-    pub max_stack: Option<MaxStack>,
-    pub signals: Signals,
-    pub started: Instant,
-    pub scratch: Vec<Vec<u8>>,
-    pub readers: Option<(Readers, Duration)>,
-}
-
-impl Stopping {
+impl Session {
     /// Stops the events, drains what is left, closes them and puts the
     /// kernel's settings back: what the state finished with, how long the
-    /// recording ran, and how many reader threads it had from when.
-    pub(super) fn stop(self) -> (Finished<Spool>, Duration, Option<(usize, Duration)>) {
-        let Stopping {
+    /// recording ran, how many reader threads it had from when, and the
+    /// namer (for the last names).
+    pub(super) fn stop(self) -> Stopped {
+        let Session {
             mut st,
             mut events,
             mut kallsyms_loader,
@@ -45,6 +30,8 @@ impl Stopping {
             started,
             mut scratch,
             readers,
+            names,
+            ..
         } = self;
         for e in &events {
             let _ = sys::disable(&e.fd);
@@ -66,20 +53,29 @@ impl Stopping {
         if let Some(w) = max_stack.as_mut().and_then(MaxStack::restore) {
             st.warn(w);
         }
-        (
-            st.finish(duration.as_nanos() as u64),
+        Stopped {
+            finished: st.finish(duration.as_nanos() as u64),
             duration,
             ring_readers,
-        )
+            names,
+        }
     }
+}
+
+/// A recording stopped, its file not yet ended.
+pub(super) struct Stopped {
+    pub finished: Finished<Spool>,
+    pub duration: Duration,
+    pub ring_readers: Option<(usize, Duration)>,
+    pub names: Option<Names>,
 }
 
 /// What the file's end says, for the summary.
 pub(super) struct Written {
     pub samples: u64,
     pub counts: Totals,
+    /// The loss warning last.
     pub warnings: Vec<String>,
-    pub loss_warning: Option<String>,
     pub names: Option<NamesSummary>,
 }
 
@@ -144,11 +140,11 @@ pub(super) fn write_out(
     // The namer read the held files until here.
     drop(held_files);
     let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
+    warnings.extend(loss_warning);
     let written = Written {
         samples,
         counts,
         warnings,
-        loss_warning,
         names,
     };
     Ok((written, bytes))
