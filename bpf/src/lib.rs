@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod asm;
+pub mod interp;
 #[allow(unsafe_code)]
 mod sys;
 
