@@ -31,6 +31,11 @@ pub struct PythonBinary {
     pub code_type: Option<u64>,
     /// The eval loop's address ranges.
     pub eval: Vec<(u64, u64)>,
+    /// Where `Py_GetVersion` keeps the text it makes (`"3.10.13 (main, …"`,
+    /// a static of its own, filled as the runtime starts): the micro version
+    /// of a 3.8–3.10, whose binary holds no `Py_Version`. `None` where the
+    /// binary says its version otherwise, or keeps no symbol table.
+    pub version_text: Option<u64>,
     /// `(vaddr - offset)` of each loadable segment with its file range, to
     /// place the file in a process.
     segments: Vec<(u64, u64, u64)>,
@@ -117,6 +122,7 @@ impl PythonBinary {
         let mut runtime = None;
         let mut py_version = None;
         let mut code_type = None;
+        let mut version_text = None;
         let mut eval = Vec::new();
         let syms = elf
             .dynsyms
@@ -132,6 +138,9 @@ impl PythonBinary {
                 "_PyRuntime" => runtime = Some((sym.st_value, sym.st_size)),
                 "Py_Version" => py_version = Some(sym.st_value),
                 "PyCode_Type" => code_type = Some(sym.st_value),
+                n if is_version_text(n) && sym.st_size >= VERSION_TEXT => {
+                    version_text = Some(sym.st_value);
+                }
                 "_PyEval_EvalFrameDefault" | "_PyEval_EvalFrameDefault.cold" => {
                     let end = sym.st_value.saturating_add(sym.st_size.max(1));
                     let range = (sym.st_value, end);
@@ -172,6 +181,7 @@ impl PythonBinary {
             runtime,
             version,
             code_type,
+            version_text: version_text.filter(|_| py_version.is_none()),
             eval,
             segments,
         })
@@ -269,6 +279,28 @@ fn file_offset(segments: &[(u64, u64, u64)], vaddr: u64) -> Option<u64> {
 }
 
 /// `3.X` from `libpython3.X.so…` or `python3.X`.
+/// Bytes of `Py_GetVersion`'s text read: enough for `3.X.YY `.
+pub const VERSION_TEXT: u64 = 16;
+
+/// Whether a symbol is `Py_GetVersion`'s static text (`version.0`, as
+/// the compiler names a function's static).
+fn is_version_text(name: &str) -> bool {
+    name.strip_prefix("version.")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The micro version in `Py_GetVersion`'s text, if it starts with
+/// `major.minor.` (nothing before the runtime made it).
+pub fn micro_in_text(text: &[u8], major: u8, minor: u8) -> Option<u8> {
+    let prefix = format!("{major}.{minor}.");
+    let rest = text.strip_prefix(prefix.as_bytes())?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 2 {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 fn version_in_name(path: &str) -> Option<(u8, u8, u8)> {
     let base = path.rsplit('/').next()?;
     let rest = base
@@ -291,6 +323,22 @@ mod tests {
         assert_eq!(version_in_name("/usr/bin/python3.9"), Some((3, 9, 0)));
         assert_eq!(version_in_name("/usr/bin/python3"), None);
         assert_eq!(version_in_name("/usr/lib/libc.so.6"), None);
+    }
+
+    #[test]
+    fn micro_versions_from_the_runtimes_text() {
+        assert_eq!(micro_in_text(b"3.10.13 (main, May", 3, 10), Some(13));
+        assert_eq!(micro_in_text(b"3.8.0 (default", 3, 8), Some(0));
+        assert_eq!(micro_in_text(b"3.9.18+ (heads", 3, 9), Some(18));
+        assert_eq!(micro_in_text(b"\0\0\0\0", 3, 10), None, "not made yet");
+        assert_eq!(micro_in_text(b"3.10.13 ", 3, 9), None, "another version's");
+        assert_eq!(micro_in_text(b"3.10.999", 3, 10), None);
+        assert!(is_version_text("version.0") && is_version_text("version.12"));
+        assert!(
+            !is_version_text("version")
+                && !is_version_text("version.x")
+                && !is_version_text("PyId_version.15")
+        );
     }
 
     /// Each CPython binary here (pyenv's libpython and executable, Debian's

@@ -543,7 +543,10 @@ mod tests {
             for field in [l.frame_code, l.frame_back, l.frame_instr] {
                 assert!(field + 8 <= frame_read, "3.{minor}: {field}");
             }
-            assert!(l.frame_marker < frame_read, "3.{minor}");
+            assert!(
+                l.frame_marker + 2 <= frame_read,
+                "3.{minor}: is_entry, owner"
+            );
             let name_at = l.code_qualname.unwrap_or(l.code_name);
             let span = (name_at + 8).saturating_sub(l.code_filename);
             assert!((16..=32).contains(&span), "3.{minor}: {span}");

@@ -25,6 +25,7 @@
 
 pub mod binary;
 pub mod bpf;
+pub mod chain;
 pub mod code;
 mod cold;
 pub mod layout;
@@ -39,7 +40,8 @@ pub use code::CodeInfo;
 pub use layout::{FrameModel, Layout};
 pub use memory::{Memory, Process};
 
-use layout::{DEBUG_OFFSETS_LEN, OB_TYPE, OWNED_BY_CSTACK};
+use chain::{Chain, Seen};
+use layout::{DEBUG_OFFSETS_LEN, OB_TYPE};
 
 /// Most frames read of one thread: a deeper stack is cut there.
 pub const MAX_FRAMES: usize = 4096;
@@ -49,9 +51,6 @@ pub const MAX_THREADS: usize = 8_192;
 /// glibc's `struct pthread` holds the thread's tid here (2.36; checked
 /// against the other threads of the process before it is used).
 const PTHREAD_TID: u64 = 720;
-
-/// `_PyInterpreterFrame.owner` of a generator's frame.
-const OWNED_BY_GENERATOR: u8 = 1;
 
 /// A CPython runtime in a process.
 #[derive(Debug, Clone)]
@@ -68,6 +67,9 @@ pub struct Interpreter {
     pub code_type: Option<u64>,
     /// The eval loop's address ranges, in the process.
     pub eval: Vec<(u64, u64)>,
+    /// 3.8–3.10: where the runtime keeps its version text, until the micro
+    /// version is read from it ([`Interpreter::learn_micro`]).
+    pub version_text: Option<u64>,
 }
 
 /// Why a process's interpreter could not be read.
@@ -103,11 +105,14 @@ pub struct PyFrame {
     /// where the walk did not read it (walks from user space). A code
     /// object freed and another made at its address is told apart by it.
     pub identity: u64,
+    /// A generator's or coroutine's frame (3.11+), never incomplete (see
+    /// [`chain::is_incomplete`]).
+    pub generator: bool,
 }
 
 /// What tells code objects at one address apart: its file name and
 /// (qualified) name objects' addresses, the file name's length and the 8
-/// bytes before its (ASCII) characters' end, mixed (56 bits), as the
+/// bytes before its (ASCII) characters' end, mixed (48 bits), as the
 /// kernel's walk reads them ([`bpf`]; a read that fails counts as 0). The
 /// characters tell apart a file name made again at a freed one's address
 /// with its code (`exec(compile(src, f"gen{i}.py", "exec"))`: one name for
@@ -127,7 +132,7 @@ pub fn mix_identity(file: u64, name: u64, length: u64, tail: u64) -> u64 {
     file.wrapping_add(name << 1)
         .wrapping_add(length << 2)
         .wrapping_add(tail)
-        & ((1 << 56) - 1)
+        & ((1 << 48) - 1)
 }
 
 /// The Python frames one call of the eval loop runs, innermost first.
@@ -257,12 +262,33 @@ impl Interpreter {
             binary: path.to_path_buf(),
             runtime,
             code_type: binary.code_type.map(|a| a.wrapping_add(bias)),
+            version_text: binary.version_text.map(|a| a.wrapping_add(bias)),
             eval: binary
                 .eval
                 .iter()
                 .map(|&(a, b)| (a.wrapping_add(bias), b.wrapping_add(bias)))
                 .collect(),
         })
+    }
+
+    /// 3.8–3.10: the micro version, from the text the runtime makes of its
+    /// version as it starts (its binary does not say it); whether it is
+    /// known now. A runtime not started yet is asked again later.
+    pub fn learn_micro(&mut self, mem: &dyn Memory) -> bool {
+        let Some(at) = self.version_text else {
+            return true;
+        };
+        let mut text = [0u8; binary::VERSION_TEXT as usize];
+        let (major, minor, _) = self.version;
+        let micro = mem
+            .read(at, &mut text)
+            .ok()
+            .and_then(|()| binary::micro_in_text(&text, major, minor));
+        if let Some(micro) = micro {
+            self.version.2 = micro;
+            self.version_text = None;
+        }
+        micro.is_some()
     }
 
     /// Every thread state of every interpreter of the runtime, with the
@@ -329,13 +355,16 @@ impl Interpreter {
             .map(|&(_, here)| here)
     }
 
-    /// The frame chain of thread state `ts`, cut into runs; whether the
-    /// walk stopped early.
+    /// The frame chain of thread state `ts`, cut into runs by the chain's
+    /// rules ([`chain`]); whether the walk stopped early.
     pub fn stack(&self, mem: &dyn Memory, ts: u64) -> (Vec<Run>, bool) {
         let l = &self.layout;
-        let mut walk = Walk::default();
+        let mut entries = Vec::new();
         let top = match l.model {
-            FrameModel::Objects { .. } => mem.u64(ts.wrapping_add(l.tstate_frame)),
+            FrameModel::Objects { .. }
+            | FrameModel::EntryShim {
+                in_thread_state: true,
+            } => mem.u64(ts.wrapping_add(l.tstate_frame)),
             FrameModel::EntryFlag
             | FrameModel::EntryShim {
                 in_thread_state: false,
@@ -345,111 +374,92 @@ impl Interpreter {
                     0 => Ok(0),
                     c => {
                         if l.model == FrameModel::EntryFlag {
-                            walk.cframes = cframe_chain(mem, c);
+                            entries = cframe_chain(mem, c);
                         }
                         mem.u64(c.wrapping_add(l.cframe_current_frame))
                     }
                 }),
-            FrameModel::EntryShim {
-                in_thread_state: true,
-            } => mem.u64(ts.wrapping_add(l.tstate_frame)),
         };
         let Ok(mut frame) = top else {
             return (Vec::new(), true);
         };
-        let mut seen = 0;
+        let mut chain = Chain::new(entries);
+        let (mut read, mut cut) = (0, false);
         while frame != 0 {
-            seen += 1;
-            if seen > MAX_FRAMES {
-                walk.cut = true;
+            read += 1;
+            if read > MAX_FRAMES {
+                cut = true;
                 break;
             }
-            match self.step(mem, frame, &mut walk) {
-                Ok(back) => frame = back,
+            match self.read_frame(mem, frame) {
+                Ok((seen, back, keep)) => {
+                    chain.push(l, &seen, keep);
+                    frame = back;
+                }
                 Err(_) => {
-                    walk.cut = true;
+                    cut = true;
                     break;
                 }
             }
         }
-        walk.close(None);
-        (walk.runs, walk.cut)
+        (chain.finish(cut), cut)
     }
 
-    /// Reads the frame at `frame` into `walk`; returns the older frame.
-    fn step(&self, mem: &dyn Memory, frame: u64, walk: &mut Walk) -> io::Result<u64> {
+    /// The frame at `frame`, its older frame's address, and whether it is kept where it is a Python
+    /// frame: not an incomplete 3.11+ frame, and (3.13+) its executable a
+    /// code object.
+    fn read_frame(&self, mem: &dyn Memory, frame: u64) -> io::Result<(Seen, u64, bool)> {
         let l = &self.layout;
         let code = l.code_of(mem.u64(frame.wrapping_add(l.frame_code))?);
         let back = mem.u64(frame.wrapping_add(l.frame_back))?;
-        match l.model {
-            FrameModel::Objects { .. } => {
-                let instr = i64::from(mem.i32(frame.wrapping_add(l.frame_instr))?);
-                walk.current.frames.push(PyFrame {
-                    code,
-                    instr,
-                    identity: 0,
-                });
-                // One frame per eval-loop call.
-                walk.close(None);
-            }
-            FrameModel::EntryFlag => {
-                let entry = mem.u8(frame.wrapping_add(l.frame_marker))? != 0;
-                // `owner` follows `is_entry`.
-                let owner = mem.u8(frame.wrapping_add(l.frame_marker + 1))?;
-                if let Some(f) = self.complete_frame(mem, code, frame, owner)? {
-                    walk.current.frames.push(f);
-                }
-                if entry {
-                    let marker = walk.cframes.get(walk.runs.len()).copied();
-                    walk.close(marker);
-                }
-            }
-            FrameModel::EntryShim { .. } => {
-                let owner = mem.u8(frame.wrapping_add(l.frame_marker))?;
-                if owner == OWNED_BY_CSTACK && back == 0 && l.base_frame {
-                    // 3.15's base frame ends the chain: no call of its own.
-                } else if owner == OWNED_BY_CSTACK {
-                    // The shim is a local of its eval-loop call: it marks
-                    // the run above it, and is not a Python frame.
-                    walk.close(Some(frame));
-                } else if let Some(f) = self.complete_frame(mem, code, frame, owner)? {
-                    walk.current.frames.push(f);
-                }
-            }
-        }
-        Ok(back)
-    }
-
-    /// A 3.11+ frame, unless it is incomplete (pushed, not yet past its
-    /// first traceable instruction: CPython's own tracebacks leave it out)
-    /// or its executable is not a code object (3.13).
-    fn complete_frame(
-        &self,
-        mem: &dyn Memory,
-        code: u64,
-        frame: u64,
-        owner: u8,
-    ) -> io::Result<Option<PyFrame>> {
-        let l = &self.layout;
-        if let Some(code_type) = self.code_type {
-            if code == 0 || mem.u64(code.wrapping_add(OB_TYPE))? != code_type {
-                return Ok(None);
-            }
-        }
-        let ptr = mem.u64(frame.wrapping_add(l.frame_instr))?;
-        let start = code.wrapping_add(l.code_adaptive.unwrap_or(0));
-        let instr = (ptr as i64).wrapping_sub(start as i64) / 2;
-        if let Some(first) = l.code_firsttraceable {
-            if owner != OWNED_BY_GENERATOR && instr < i64::from(mem.i32(code.wrapping_add(first))?)
-            {
-                return Ok(None);
-            }
-        }
-        Ok(Some(PyFrame {
+        let marker = frame.wrapping_add(l.frame_marker);
+        let (instr, entry, owner) = match l.model {
+            FrameModel::Objects { .. } => (
+                u64::from(mem.i32(frame.wrapping_add(l.frame_instr))? as u32),
+                false,
+                0,
+            ),
+            // `owner` follows `is_entry`.
+            FrameModel::EntryFlag => (
+                mem.u64(frame.wrapping_add(l.frame_instr))?,
+                mem.u8(marker)? != 0,
+                mem.u8(marker.wrapping_add(1))?,
+            ),
+            FrameModel::EntryShim { .. } => (
+                mem.u64(frame.wrapping_add(l.frame_instr))?,
+                false,
+                mem.u8(marker)?,
+            ),
+        };
+        let seen = Seen {
+            addr: frame,
             code,
             instr,
+            entry,
+            owner,
             identity: 0,
-        }))
+            oldest: back == 0,
+        };
+        let keep = chain::is_python(l, &seen) && self.complete(mem, &seen)?;
+        Ok((seen, back, keep))
+    }
+
+    /// Whether Python frame `f` is complete (3.11+; see
+    /// [`chain::is_incomplete`]) and (3.13+) runs a code object.
+    fn complete(&self, mem: &dyn Memory, f: &Seen) -> io::Result<bool> {
+        let l = &self.layout;
+        if let Some(code_type) = self.code_type {
+            if f.code == 0 || mem.u64(f.code.wrapping_add(OB_TYPE))? != code_type {
+                return Ok(false);
+            }
+        }
+        match l.code_firsttraceable {
+            Some(first) => {
+                let first = i64::from(mem.i32(f.code.wrapping_add(first))?);
+                Ok(!chain::is_incomplete(&f.frame(l), first))
+            }
+            None => Ok(true),
+        }
     }
 }
 
@@ -472,27 +482,6 @@ fn cframe_chain(mem: &dyn Memory, first: u64) -> Vec<u64> {
 enum AtError {
     Unknown(u8, u8),
     Memory(io::Error),
-}
-
-#[derive(Default)]
-struct Walk {
-    runs: Vec<Run>,
-    current: Run,
-    cut: bool,
-    /// 3.11's `_PyCFrame` addresses, innermost first.
-    cframes: Vec<u64>,
-}
-
-impl Walk {
-    /// Ends the run being read (with its marker, if known); an empty run
-    /// that no marker names is no eval-loop call.
-    fn close(&mut self, marker: Option<u64>) {
-        let mut run = std::mem::take(&mut self.current);
-        run.marker = marker;
-        if !run.frames.is_empty() || marker.is_some() {
-            self.runs.push(run);
-        }
-    }
 }
 
 /// The threads of `pid` as `(id the process knows, id here)`: the same

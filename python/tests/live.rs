@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use flamerec_python::{CodeInfo, FrameModel, Interpreter, Process};
+use flamerec_python::{bpf, chain, CodeInfo, FrameModel, Interpreter, Memory, Process, PyFrame};
 use flamerec_testkit::pythons_or_skip;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/parked.py");
@@ -95,6 +95,20 @@ fn every_cpython_here_is_read_as_it_reads_itself() {
             .unwrap_or_else(|| panic!("{what}: no CPython runtime found in process {pid}"));
         assert_eq!(interp.version.1, minor, "{what}");
         let mem = Process(pid);
+        // The exact version, as the interpreter says it (3.8–3.10's binary
+        // does not: their runtime's text does).
+        let mut interp = interp;
+        assert!(interp.learn_micro(&mem), "{what}: its micro version");
+        let own = Command::new(&python)
+            .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+            .output()
+            .expect("its version");
+        let (a, b, c) = interp.version;
+        assert_eq!(
+            format!("{a}.{b}.{c}"),
+            String::from_utf8_lossy(&own.stdout).trim(),
+            "{what}"
+        );
         let threads = interp
             .threads(&mem, &tids(pid))
             .unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -117,8 +131,97 @@ fn every_cpython_here_is_read_as_it_reads_itself() {
                 .collect();
             assert_eq!(&read, expected, "{what}: thread {tid}");
             check_runs(&what, &interp, &t.runs, expected);
+            walk_as_the_kernel(&what, &interp, &mem, pid, *tid, t);
         }
     }
+}
+
+/// A run as compared: per frame (code, instruction, generator's), and
+/// whether it was cut.
+type Compared = (Vec<(u64, i64, bool)>, bool);
+
+/// The BPF walk the kernel runs at a sample, run in user space over the
+/// same parked memory: the same runs, frame for frame (each frame's
+/// incomplete-or-not asked of the chain's rule, as the recorder does when
+/// it names the walk's frames), each frame's code identity the reader's,
+/// and the names it sends those the reader reads. No BPF needed: a machine
+/// without it still checks the walk.
+fn walk_as_the_kernel(
+    what: &str,
+    interp: &Interpreter,
+    mem: &Process,
+    pid: u32,
+    tid: u32,
+    t: &flamerec_python::PyThread,
+) {
+    let l = &interp.layout;
+    let (record, sent) = bpf::walk_in_user_space(l, mem, pid, tid, t.tstate)
+        .unwrap_or_else(|e| panic!("{what}: thread {tid}: {e}"));
+    assert!(
+        record.ended,
+        "{what}: thread {tid}: the walk did not reach the chain's end"
+    );
+    let complete = |f: &PyFrame| match l.code_firsttraceable {
+        Some(at) => {
+            let first = mem.i32(f.code + at).expect("_co_firsttraceable");
+            !chain::is_incomplete(f, i64::from(first))
+        }
+        None => true,
+    };
+    let runs: Vec<Compared> = record
+        .runs(l)
+        .iter()
+        .map(|r| {
+            let frames = r.frames.iter().filter(|f| complete(f));
+            let frames: Vec<_> = frames.map(|f| (f.code, f.instr, f.generator)).collect();
+            (frames, r.cut)
+        })
+        .filter(|(frames, _)| !frames.is_empty())
+        .collect();
+    let read: Vec<Compared> = t
+        .runs
+        .iter()
+        .map(|r| {
+            let frames = r.frames.iter().map(|f| (f.code, f.instr, f.generator));
+            (frames.collect::<Vec<_>>(), r.cut)
+        })
+        .filter(|(frames, _)| !frames.is_empty())
+        .collect();
+    assert_eq!(
+        runs, read,
+        "{what}: thread {tid}: the kernel's walk and the reader's"
+    );
+    if !matches!(l.model, FrameModel::EntryFlag) {
+        let markers = |runs: &[flamerec_python::Run]| -> Vec<Option<u64>> {
+            runs.iter().map(|r| r.marker).collect()
+        };
+        assert_eq!(
+            markers(&record.runs(l)),
+            markers(&t.runs),
+            "{what}: thread {tid}"
+        );
+    }
+    for r in record.runs(l) {
+        for f in &r.frames {
+            let id = flamerec_python::code_identity(mem, l, f.code).expect("identity");
+            assert_eq!(f.identity, id, "{what}: thread {tid}: code {:#x}", f.code);
+        }
+    }
+    let mut named = 0;
+    for e in sent {
+        // A frame no code runs in (3.13's shim, whose executable is None)
+        // has its "names" sent too: not strings, so not taken.
+        let bpf::Entry::Names(n) = e else { continue };
+        let Some(name) = n.name else { continue };
+        let code = CodeInfo::read(mem, l, n.code)
+            .unwrap_or_else(|e| panic!("{what}: thread {tid}: sent {name}: {e}"));
+        assert_eq!(name, code.name, "{what}: thread {tid}");
+        if let Some(file) = n.file {
+            assert_eq!(file, code.file, "{what}: thread {tid}");
+        }
+        named += 1;
+    }
+    assert!(named > 0, "{what}: thread {tid}: the walk sent no name");
 }
 
 /// Runs: one per eval-loop call. 3.8–3.10 call it once per frame; 3.11+

@@ -9,7 +9,7 @@ use std::io;
 use flamerec_python::binary::PythonBinary;
 use flamerec_python::code::{captured_str, read_str, CodeInfo};
 use flamerec_python::layout::{Layout, DEBUG_OFFSETS_LEN};
-use flamerec_python::{Interpreter, Memory};
+use flamerec_python::{bpf, Interpreter, Memory};
 
 /// A small deterministic generator: failures reproduce.
 struct Rng(u64);
@@ -59,19 +59,28 @@ fn torn_memory_never_panics_the_readers() {
     for round in 0..2_000u64 {
         let mem = Torn(rng.next() | 1);
         for layout in layouts() {
-            let interp = Interpreter {
+            let mut interp = Interpreter {
                 version: (layout.version.0, layout.version.1, 0),
                 layout: layout.clone(),
                 binary: "/torn".into(),
                 runtime: rng.word(),
                 code_type: (round % 2 == 0).then(|| rng.word()),
                 eval: Vec::new(),
+                version_text: Some(rng.word()),
             };
+            let _ = interp.learn_micro(&mem);
             let tids = [(1, 1), (rng.next() as u32, 7)];
             if let Ok(states) = interp.thread_states(&mem, &tids) {
                 for t in states.iter().take(2) {
                     let _ = interp.stack(&mem, t.tstate);
                 }
+            }
+            if round % 100 == 0 {
+                // The kernel's walk, run in user space: it ends (bounded by
+                // its frames) and writes a record the chain's rules cut.
+                let (record, _) = bpf::walk_in_user_space(&layout, &mem, 1, 1, rng.word())
+                    .unwrap_or_else(|e| panic!("{:?}: {e}", layout.version));
+                let _ = record.runs(&layout);
             }
             let code = rng.word();
             if let Ok(info) = CodeInfo::read(&mem, &layout, code) {

@@ -8,15 +8,35 @@ use flamerec_bpf::asm::{
 };
 
 use super::{
-    WalkFds, CTX_IP, ENTRY, FILE_BYTES, FILE_CHARS_AT, FILE_HEADER_AT, FRAME_AT, FRAME_READ, HEAD,
-    MAX_BPF_FRAMES, NAMED_FRAMES, NAMES_AT, NAME_BYTES, NAME_CHARS_AT, NAME_HEADER_AT, NAME_REC_AT,
-    NAME_REC_LEN, REC_CODE, REC_IDENTITY, REC_TGID, STR_HEADER, TAIL_AT,
+    WalkFds, CTX_IP, ENDED_AT, ENTRY, FILE_BYTES, FILE_CHARS_AT, FILE_HEADER_AT, FRAME_AT,
+    FRAME_READ, HEAD, IDENTITY_SHIFT, MAX_BPF_FRAMES, NAMED_FRAMES, NAMES_AT, NAME_BYTES,
+    NAME_CHARS_AT, NAME_HEADER_AT, NAME_REC_AT, NAME_REC_LEN, REC_CODE, REC_IDENTITY, REC_TGID,
+    STR_HEADER, TAIL_AT,
 };
 use crate::layout::{FrameModel, Layout, STR_LENGTH};
 
-/// The walk of `l`: the thread's state and the record, the frames,
-/// then the record out to the ring.
+/// Whether the walk can read `l`'s frames: every field it takes of a
+/// frame within the [`FRAME_READ`] bytes it reads of one at once.
+pub(super) fn fits(l: &Layout) -> bool {
+    let markers = match l.model {
+        FrameModel::EntryFlag => 2,
+        _ => 1,
+    };
+    let read = FRAME_READ as u64;
+    [l.frame_code, l.frame_back, l.frame_instr]
+        .iter()
+        .all(|&f| f.checked_add(8).is_some_and(|end| end <= read))
+        && l.frame_marker
+            .checked_add(markers)
+            .is_some_and(|end| end <= read)
+}
+
+/// The walk of `l` (`None` where it does not [fit](fits)): the thread's
+/// state and the record, the frames, then the record out to the ring.
 pub(super) fn walk_code(l: &Layout, fds: &WalkFds) -> Option<Vec<asm::Insn>> {
+    if !fits(l) {
+        return None;
+    }
     let mut c = Code::new();
     let out = c.label();
     c.push([asm::mov(R6, R1), asm::call(helper::GET_CURRENT_PID_TGID)]);
@@ -51,8 +71,9 @@ pub(super) fn walk_code(l: &Layout, fds: &WalkFds) -> Option<Vec<asm::Insn>> {
     walk(&mut c, l, emit, names);
     c.bind(emit);
     if let Some(ring) = fds.ring {
-        // Out with the frames read: HEAD + count × ENTRY bytes.
-        c.push([asm::load(Size::DW, R3, R9, 8)]);
+        // Out with the frames read: HEAD + count × ENTRY bytes (the
+        // count word's lower half).
+        c.push([asm::load(Size::W, R3, R9, 8)]);
         c.jump(asm::jgt_imm(R3, MAX_BPF_FRAMES as i32, 0), out);
         c.push([
             asm::lsh_imm(R3, 5),
@@ -69,7 +90,9 @@ pub(super) fn walk_code(l: &Layout, fds: &WalkFds) -> Option<Vec<asm::Insn>> {
 }
 
 /// `r8` holds the thread state, `r9` the record: reads the frame chain
-/// into the record, then (or where a read fails) jumps to `out`. With
+/// into the record, marked [ended](super::Record::ended) where its null
+/// older-frame pointer is reached, then (or where a read fails) jumps to
+/// `out`. With
 /// `names` (the known-code map and the ring), each frame's code object not
 /// sent yet has its names read and sent as a name record.
 fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
@@ -97,8 +120,10 @@ fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
         c.jump(asm::jeq_imm(R8, 0, 0), out);
         read8(c, R8, l.cframe_current_frame);
     }
+    // Where the chain's null older-frame pointer is reached.
+    let ended = c.label();
     for i in 0..MAX_BPF_FRAMES {
-        c.jump(asm::jeq_imm(R8, 0, 0), out);
+        c.jump(asm::jeq_imm(R8, 0, 0), ended);
         c.push([
             asm::mov(R1, FP),
             asm::add_imm(R1, i32::from(FRAME_AT)),
@@ -138,18 +163,29 @@ fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
                 asm::add(R1, R2),
             ]);
         }
+        if l.model == FrameModel::EntryFlag {
+            // 3.11's `owner`, after `is_entry`: the marker word's second byte.
+            c.push([
+                asm::load(Size::B, R2, FP, field(l.frame_marker + 1)),
+                asm::lsh_imm(R2, 8),
+                asm::add(R1, R2),
+            ]);
+        }
         c.push([asm::store(Size::DW, R9, entry + 24, R1)]);
         c.push([
             asm::store_imm(Size::DW, R9, 8, i as i32 + 1),
             asm::load(Size::DW, R8, FP, field(l.frame_back)),
         ]);
     }
+    c.jump(asm::jne_imm(R8, 0, 0), out);
+    c.bind(ended);
+    c.push([asm::store_imm(Size::W, R9, ENDED_AT, 1)]);
 }
 
 /// Into `r1`, the marker word of the frame whose code object pointer is
 /// at `code_at`: the code object's identity (its file name and name
 /// objects, read now: an object freed and another made at its address is
-/// told apart) above the marker byte, left 0. A failed read leaves zeros
+/// told apart) above the two marker bytes, left 0. A failed read leaves zeros
 /// (the helper clears its buffer), never the walk. With `names`, its
 /// names are sent if the program has not sent them.
 fn frame_identity(c: &mut Code, l: &Layout, code_at: i16, names: Option<(i32, i32)>) {
@@ -193,7 +229,7 @@ fn frame_identity(c: &mut Code, l: &Layout, code_at: i16, names: Option<(i32, i3
             asm::add(R1, R2),
             asm::load(Size::DW, R2, FP, TAIL_AT),
             asm::add(R1, R2),
-            asm::lsh_imm(R1, 8),
+            asm::lsh_imm(R1, IDENTITY_SHIFT),
         ]);
         if let Some((known, ring)) = names {
             send_names(c, l, known, ring, code_at, (span - 8) as i16);
@@ -203,7 +239,7 @@ fn frame_identity(c: &mut Code, l: &Layout, code_at: i16, names: Option<(i32, i3
     }
 }
 
-/// With `r1` the frame's identity word (marker byte clear) and its code
+/// With `r1` the frame's identity word (marker bytes clear) and its code
 /// object's file name and name pointers at [`NAMES_AT`] (the name
 /// `name_at` bytes on), sends a name record for a code object the program
 /// has not sent (or sent with another identity), and remembers it; `r1`

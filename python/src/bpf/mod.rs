@@ -20,13 +20,16 @@ use std::os::fd::AsRawFd;
 use flamerec_bpf::asm::{self, helper, Code, Size, FP, R0, R1, R2, R3, R6};
 use flamerec_bpf::{BpfError, Map, MapKind, Program, RingBuffer};
 
+use crate::chain::{Chain, Seen};
 use crate::code::captured_str;
-use crate::layout::{debug_offsets_3130, FrameModel, Layout, OWNED_BY_CSTACK, RUNTIME_SIZE_3130};
-use crate::{PyFrame, Run};
+use crate::layout::{debug_offsets_3130, FrameModel, Layout, RUNTIME_SIZE_3130};
+use crate::Run;
 
 mod emit;
+mod offline;
 
 use emit::walk_code;
+pub use offline::{walk_in_user_space, OfflineError};
 
 /// Frames one sample's walk reads at most.
 pub const MAX_BPF_FRAMES: usize = 192;
@@ -41,6 +44,12 @@ const HEAD: usize = 32;
 const CTX_IP: i16 = 128;
 /// Bytes per frame in a record.
 const ENTRY: usize = 32;
+/// Where a record's head says the walk reached the chain's end (a null
+/// older-frame pointer): the count word's upper half, 1 then.
+const ENDED_AT: i16 = 12;
+/// A frame's marker word: its code's identity above two marker bytes
+/// (`is_entry` or `owner`; 3.11's `owner`).
+const IDENTITY_SHIFT: i32 = 16;
 /// A record's bytes.
 pub const RECORD_LEN: usize = HEAD + MAX_BPF_FRAMES * ENTRY;
 /// Bytes of a frame read at once: every field the walk needs, in every layout.
@@ -89,8 +98,12 @@ struct Layouts(Vec<Layout>);
 
 impl Layouts {
     /// `layout`'s index: the one it has, or the next (`None` past
-    /// [`MAX_LAYOUTS`]).
+    /// [`MAX_LAYOUTS`], or for a layout the walk cannot read: validated
+    /// here, before any walk is built).
     fn index_of(&mut self, layout: &Layout) -> Option<u32> {
+        if !emit::fits(layout) {
+            return None;
+        }
         if let Some(i) = self.0.iter().position(|l| l == layout) {
             return Some(i as u32);
         }
@@ -330,7 +343,7 @@ impl CodeNames {
         Some(CodeNames {
             tgid: u32::try_from(word(b, REC_TGID)?).ok()?,
             code: word(b, REC_CODE)?,
-            identity: word(b, REC_IDENTITY)? >> 8,
+            identity: word(b, REC_IDENTITY)? >> IDENTITY_SHIFT,
             name: string(NAME_HEADER_AT, NAME_CHARS_AT, NAME_BYTES),
             file: string(FILE_HEADER_AT, FILE_CHARS_AT, FILE_BYTES),
         })
@@ -354,9 +367,12 @@ pub struct Record {
     /// The sampled instruction pointer.
     pub ip: u64,
     /// Per frame, innermost first: (address, code object, instruction word,
-    /// marker word: the code object's identity above the marker byte, 3.11's
-    /// `is_entry`, 3.12's and 3.13's `owner`).
+    /// marker word: the code object's identity above two marker bytes —
+    /// 3.11's `is_entry` then `owner`, 3.12+'s `owner`).
     pub frames: Vec<[u64; 4]>,
+    /// The walk reached the chain's end (else it stopped at
+    /// [`MAX_BPF_FRAMES`], or at a read that failed).
+    pub ended: bool,
 }
 
 impl Record {
@@ -364,7 +380,10 @@ impl Record {
     pub fn parse(b: &[u8]) -> Option<Record> {
         let word = |at: usize| word(b, at);
         let who = word(0)?;
-        let n = usize::try_from(word(8)?).ok()?.min(MAX_BPF_FRAMES);
+        let count = word(8)?;
+        let n = usize::try_from(count & 0xffff_ffff)
+            .ok()?
+            .min(MAX_BPF_FRAMES);
         if who == 0 {
             return None;
         }
@@ -380,75 +399,58 @@ impl Record {
             time: word(16)?,
             ip: word(24)?,
             frames,
+            ended: count >> 32 != 0,
         })
     }
 
-    /// Whether the walk stopped at [`MAX_BPF_FRAMES`] rather than at the
-    /// end of the thread's frames: its runs are then the innermost ones.
-    pub fn is_full(&self) -> bool {
-        self.frames.len() >= MAX_BPF_FRAMES
+    /// Whether the walk stopped before the end of the thread's frames (at
+    /// [`MAX_BPF_FRAMES`], or a read that failed): its runs are then the
+    /// innermost ones.
+    pub fn is_cut(&self) -> bool {
+        !self.ended
     }
 
-    /// The frames cut into runs by `layout`'s marks, as
+    /// Whether the walk stopped at [`MAX_BPF_FRAMES`], short of the
+    /// chain's end.
+    pub fn is_full(&self) -> bool {
+        !self.ended && self.frames.len() >= MAX_BPF_FRAMES
+    }
+
+    /// Frame `i` as the chain's rules take it ([`chain`](crate::chain)).
+    pub fn seen(&self, layout: &Layout, i: usize) -> Option<Seen> {
+        let &[addr, code, instr, marker] = self.frames.get(i)?;
+        let model = layout.model;
+        Some(Seen {
+            addr,
+            code,
+            instr,
+            entry: model == FrameModel::EntryFlag && marker & 0xff != 0,
+            owner: match model {
+                FrameModel::Objects { .. } => 0,
+                FrameModel::EntryFlag => (marker >> 8) as u8,
+                FrameModel::EntryShim { .. } => marker as u8,
+            },
+            identity: marker >> IDENTITY_SHIFT,
+            oldest: self.ended && i + 1 == self.frames.len(),
+        })
+    }
+
+    /// The frames cut into runs by the chain's rules, as
     /// [`crate::Interpreter::stack`] cuts those it reads; incomplete frames
-    /// are not told apart here (their code's first traceable instruction is
-    /// in the code object, which user space reads when it names them). A
-    /// [full](Record::is_full) walk's frames after its last complete run
-    /// are the innermost of a run whose rest was not read: that run is
+    /// are kept here (their code's first traceable instruction is in the
+    /// code object, which user space reads when it names them, and asks
+    /// [`chain::is_incomplete`](crate::chain::is_incomplete)). A
+    /// [cut](Record::is_cut) walk's frames after its last complete run are
+    /// the innermost of a run whose rest was not read: that run is
     /// [cut](Run::cut).
     pub fn runs(&self, layout: &Layout) -> Vec<Run> {
-        let mut runs = Vec::new();
-        let mut current = Run::default();
-        let last = self.frames.len().wrapping_sub(1);
-        for (i, &[addr, code, instr, marker]) in self.frames.iter().enumerate() {
-            let identity = marker >> 8;
-            let lasti = || i64::from(instr as u32 as i32);
-            let index = || {
-                (instr as i64)
-                    .wrapping_sub((code.wrapping_add(layout.code_adaptive.unwrap_or(0))) as i64)
-                    / 2
-            };
-            match layout.model {
-                FrameModel::Objects { .. } => {
-                    current.frames.push(PyFrame {
-                        code,
-                        instr: lasti(),
-                        identity,
-                    });
-                    runs.push(std::mem::take(&mut current));
-                }
-                FrameModel::EntryFlag => {
-                    current.frames.push(PyFrame {
-                        code,
-                        instr: index(),
-                        identity,
-                    });
-                    if marker & 0xff != 0 {
-                        runs.push(std::mem::take(&mut current));
-                    }
-                }
-                FrameModel::EntryShim { .. } => {
-                    let shim = marker & 0xff == u64::from(OWNED_BY_CSTACK);
-                    if shim && layout.base_frame && i == last && !self.is_full() {
-                        // 3.15's base frame ends a whole chain: no call.
-                    } else if shim {
-                        current.marker = Some(addr);
-                        runs.push(std::mem::take(&mut current));
-                    } else {
-                        current.frames.push(PyFrame {
-                            code,
-                            instr: index(),
-                            identity,
-                        });
-                    }
-                }
+        let mut chain = Chain::default();
+        for i in 0..self.frames.len() {
+            if let Some(seen) = self.seen(layout, i) {
+                chain.push(layout, &seen, true);
             }
         }
-        if !current.frames.is_empty() {
-            current.cut = self.is_full();
-            runs.push(current);
-        }
-        runs
+        chain.finish(self.is_cut())
     }
 }
 
@@ -464,7 +466,8 @@ mod tests {
         b[..8].copy_from_slice(&[0xff; 8]);
         b[REC_TGID..REC_TGID + 8].copy_from_slice(&42u64.to_ne_bytes());
         b[REC_CODE..REC_CODE + 8].copy_from_slice(&0x1000u64.to_ne_bytes());
-        b[REC_IDENTITY..REC_IDENTITY + 8].copy_from_slice(&(0xabcdu64 << 8).to_ne_bytes());
+        b[REC_IDENTITY..REC_IDENTITY + 8]
+            .copy_from_slice(&(0xabcdu64 << IDENTITY_SHIFT).to_ne_bytes());
         let put =
             |b: &mut Vec<u8>, header: usize, chars: usize, text: &[u8], length: u64, state: u32| {
                 b[header..header + 8].copy_from_slice(&length.to_le_bytes());
@@ -530,10 +533,22 @@ mod tests {
             assert_eq!(maps.index_of(&t), Some(u32::from(minor) - 6));
         }
         for n in 0..u64::from(MAX_LAYOUTS as u32) {
-            other.frame_instr = 100 + n;
+            other.frame_instr = 40 + n;
             maps.index_of(&other);
         }
         other.frame_instr = 1;
         assert_eq!(maps.index_of(&other), None, "past {MAX_LAYOUTS}");
+        // A layout whose frame fields lie past what the walk reads of a
+        // frame gets no walk.
+        let mut far = l.clone();
+        far.frame_back = FRAME_READ as u64 - 4;
+        assert_eq!(Layouts::default().index_of(&far), None);
+        let mut eleven = Layout::for_version(3, 11).unwrap();
+        eleven.frame_marker = FRAME_READ as u64 - 1;
+        assert_eq!(
+            Layouts::default().index_of(&eleven),
+            None,
+            "3.11's owner after is_entry"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::io;
 use flamerec_convert::Converter;
 use flamerec_format::{Frame, Module, ModuleId, ModuleKind};
 use flamerec_python::bpf::Record;
-use flamerec_python::{code_identity, CodeInfo, Memory, Process, PyFrame, Run};
+use flamerec_python::{chain, code_identity, CodeInfo, Memory, Process, PyFrame, Run};
 
 use super::Python;
 use crate::pynames::MODULE;
@@ -61,8 +61,8 @@ impl Python {
             Some(f.module) == binary && p.eval.iter().any(|&(a, b)| (a..b).contains(&f.address))
         };
         let evals: Vec<usize> = (0..user.len()).filter(|&i| in_eval(&user[i])).collect();
-        let (pairing, limited) = splice::pair(evals.len(), runs.len(), cut, walk.is_full());
-        if limited {
+        let (pairing, limited) = splice::pair(evals.len(), runs.len(), cut, walk.is_cut());
+        if limited && walk.is_full() {
             self.stats.walks_full += 1;
         }
         let n = match pairing {
@@ -128,7 +128,7 @@ impl Python {
             else {
                 continue;
             };
-            if first_traceable.is_some_and(|first| py.instr < first) {
+            if first_traceable.is_some_and(|first| chain::is_incomplete(py, first)) {
                 continue;
             }
             let frame = match self.shown.lines {

@@ -440,6 +440,8 @@ impl Python {
             let Ok(threads) = p.interp.thread_states(&Process(pid), &tids) else {
                 continue;
             };
+            // Its runtime has started: a 3.8–3.10's micro version is known.
+            p.interp.learn_micro(&Process(pid));
             for t in threads {
                 // A thread not told yet is read again at its next sample
                 // without a walk.
