@@ -766,7 +766,7 @@ fn without_bpf_minus_x_perf_names_python_frames_and_is_advised() {
 
 /// With frame pointers only, a CPython built without them (pyenv's) cannot
 /// have its eval-loop calls found: no Python frame is shown, and the
-/// warning says what shows them.
+/// warning says what shows them — also with `--python off`.
 #[test]
 fn frame_pointers_alone_say_that_dwarf_shows_python_frames() {
     if !bpf_usable() {
@@ -793,6 +793,28 @@ fn frame_pointers_alone_say_that_dwarf_shows_python_frames() {
     );
     let s = shown(&python.display().to_string(), &fold(&out, &[]));
     assert!(s.samples > 0 && s.named * 20 <= s.samples, "{err}");
+    // With --python off too: said once, with what shows both stacks; in
+    // dwarf mode --python off is the user's choice, and nothing is said.
+    let said = |flags: &[&str]| {
+        let o = record(&out, flags, &[python.to_str().unwrap(), SCRIPT, "100"])
+            .expect("recorded above");
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let lines: Vec<String> = err
+            .lines()
+            .filter(|l| l.contains("Python frames were not read"))
+            .map(str::to_string)
+            .collect();
+        (lines, err)
+    };
+    let (lines, err) = said(&["-g", "fp", "--python", "off"]);
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("--python off") && lines[0].contains("record with -g dwarf"),
+        "{err}"
+    );
+    let (lines, err) = said(&["-g", "dwarf", "--python", "off"]);
+    assert!(lines.is_empty(), "{err}");
 }
 
 const FORK_POOL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/fork-pool.py");

@@ -35,7 +35,7 @@ impl PythonStats {
         if alone * 100 > all {
             // Frame pointers stop at the first CPython function built without
             // them, short of the eval-loop calls the runs stand for.
-            let help = if fp && self.unpaired * 2 > all {
+            let help = if fp && self.unpaired > 0 {
                 "; with frame pointers only, the native stack of a CPython built without them does not reach its eval loop: record with -g dwarf (the default) to see Python frames"
             } else {
                 ""

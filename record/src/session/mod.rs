@@ -411,7 +411,7 @@ impl Opened {
         let python = match python {
             Some(((mut p, ring), now)) => match p.events(&events, now) {
                 Ok(()) => (Some((p, ring)), python_unread),
-                Err(why) => (None, Some(why)),
+                Err(why) => (None, Some(plan::unread_by_bpf(&why))),
             },
             None => (None, python_unread),
         };

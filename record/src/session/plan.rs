@@ -133,6 +133,21 @@ pub(super) fn selection(opts: &RecordOptions) -> Selection {
     s
 }
 
+/// Why Python frames are not read where the BPF walk cannot run, and what
+/// the samples show instead.
+pub(super) fn unread_by_bpf(why: &str) -> String {
+    format!(
+        "{why}; its samples keep their native frames (without BPF, CPython 3.12+ run with -X \
+         perf names them through its trampolines)"
+    )
+}
+
+/// Why `-g fp --python off` shows no Python frame, and what would.
+const FP_AND_OFF: &str = "--python off reads none, and -g fp walks a CPython's \
+    native stack only as far as its first function built without frame pointers (most \
+    builds), short of its eval loop: record with -g dwarf (the default) to see its whole \
+    native stack, and without --python off to see Python frames";
+
 /// The Python walker with the ring its walks come in, and whether it is
 /// attached to each event as it is opened.
 pub(super) type Walker = ((crate::python::Python, flamerec_bpf::RingBuffer), bool);
@@ -157,6 +172,10 @@ pub(super) fn python_walker(
     // the dispatcher meanwhile).
     // Where they cannot be read, why: said if a CPython runs.
     match opts.python {
+        // Frame pointers alone stop at CPython's first function built
+        // without them (pyenv's, Debian's: all of them here), so neither
+        // Python frames nor the interpreter's stack show: said.
+        PythonFrames::Off if opts.call_graph != CallGraph::Dwarf => (None, Some(FP_AND_OFF.into())),
         PythonFrames::Off => (None, None),
         mode => {
             let now = mode == PythonFrames::On
@@ -171,7 +190,7 @@ pub(super) fn python_walker(
             let walks_per_s = opts.frequency.saturating_mul(cpus);
             match crate::python::Python::start(shown, command, walks_per_s) {
                 Ok(p) => (Some((p, now)), None),
-                Err(why) => (None, Some(why)),
+                Err(why) => (None, Some(unread_by_bpf(&why))),
             }
         }
     }

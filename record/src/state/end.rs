@@ -134,9 +134,7 @@ impl<W: io::Write> State<W> {
         if let Some((why, seen)) = unread.filter(|_| !trampolines) {
             let seen: Vec<String> = seen.into_iter().collect();
             warnings.push(format!(
-                "CPython ran ({}) but its Python frames were not read: {why}; its samples keep \
-                 their native frames (without BPF, CPython 3.12+ run with -X perf names them \
-                 through its trampolines)",
+                "CPython ran ({}) but its Python frames were not read: {why}",
                 seen.join(", ")
             ));
         }
