@@ -120,63 +120,87 @@ fn walk(c: &mut Code, l: &Layout, out: Label, names: Option<(i32, i32)>) {
         c.jump(asm::jeq_imm(R8, 0, 0), out);
         read8(c, R8, l.cframe_current_frame);
     }
-    // Where the chain's null older-frame pointer is reached.
-    let ended = c.label();
-    for i in 0..MAX_BPF_FRAMES {
-        c.jump(asm::jeq_imm(R8, 0, 0), ended);
-        c.push([
-            asm::mov(R1, FP),
-            asm::add_imm(R1, i32::from(FRAME_AT)),
-            asm::mov_imm(R2, FRAME_READ),
-            asm::mov(R3, R8),
-            asm::call(helper::PROBE_READ_USER),
-        ]);
-        c.jump(asm::jne_imm(R0, 0, 0), out);
-        let entry = (HEAD + i * ENTRY) as i16;
-        let field = |off: u64| FRAME_AT + off as i16;
-        if l.tagged_code {
-            // 3.14+: the executable's low two bits are flags (see
-            // `Layout::code_of`); every use below takes the address.
-            c.push([
-                asm::load(Size::DW, R1, FP, field(l.frame_code)),
-                asm::and_imm(R1, -4),
-                asm::store(Size::DW, FP, field(l.frame_code), R1),
-            ]);
-        }
-        c.push([asm::store(Size::DW, R9, entry, R8)]);
+    // A bounded loop (Linux 5.3+; the ring buffer already needs 5.8), `r6`
+    // the frames read: the verifier walks each turn, as it would the turns
+    // unrolled, but the program holds the body once.
+    let (top, ended, full) = (c.label(), c.label(), c.label());
+    c.push([asm::mov_imm(R6, 0)]);
+    c.bind(top);
+    c.jump(asm::jeq_imm(R8, 0, 0), ended);
+    c.jump(asm::jgt_imm(R6, MAX_BPF_FRAMES as i32 - 1, 0), full);
+    c.push([
+        asm::mov(R1, FP),
+        asm::add_imm(R1, i32::from(FRAME_AT)),
+        asm::mov_imm(R2, FRAME_READ),
+        asm::mov(R3, R8),
+        asm::call(helper::PROBE_READ_USER),
+    ]);
+    c.jump(asm::jne_imm(R0, 0, 0), out);
+    let field = |off: u64| FRAME_AT + off as i16;
+    if l.tagged_code {
+        // 3.14+: the executable's low two bits are flags (see
+        // `Layout::code_of`); every use below takes the address.
         c.push([
             asm::load(Size::DW, R1, FP, field(l.frame_code)),
-            asm::store(Size::DW, R9, entry + 8, R1),
-            asm::load(Size::DW, R1, FP, field(l.frame_instr)),
-            asm::store(Size::DW, R9, entry + 16, R1),
-        ]);
-        frame_identity(
-            c,
-            l,
-            field(l.frame_code),
-            names.filter(|_| i < NAMED_FRAMES),
-        );
-        if l.frame_marker != 0 {
-            // One byte (`is_entry`, `owner`): at any alignment.
-            c.push([
-                asm::load(Size::B, R2, FP, field(l.frame_marker)),
-                asm::add(R1, R2),
-            ]);
-        }
-        if l.model == FrameModel::EntryFlag {
-            // 3.11's `owner`, after `is_entry`: the marker word's second byte.
-            c.push([
-                asm::load(Size::B, R2, FP, field(l.frame_marker + 1)),
-                asm::lsh_imm(R2, 8),
-                asm::add(R1, R2),
-            ]);
-        }
-        c.push([asm::store(Size::DW, R9, entry + 24, R1)]);
-        c.push([
-            asm::store_imm(Size::DW, R9, 8, i as i32 + 1),
-            asm::load(Size::DW, R8, FP, field(l.frame_back)),
+            asm::and_imm(R1, -4),
+            asm::store(Size::DW, FP, field(l.frame_code), R1),
         ]);
     }
+    // The frame's entry in the record: `r9 + HEAD + r6 × ENTRY`.
+    let entry = |c: &mut Code, into: Reg| {
+        c.push([
+            asm::mov(into, R6),
+            asm::lsh_imm(into, ENTRY.trailing_zeros() as i32),
+            asm::add(into, R9),
+        ]);
+    };
+    entry(c, R2);
+    let head = HEAD as i16;
+    c.push([
+        asm::store(Size::DW, R2, head, R8),
+        asm::load(Size::DW, R1, FP, field(l.frame_code)),
+        asm::store(Size::DW, R2, head + 8, R1),
+        asm::load(Size::DW, R1, FP, field(l.frame_instr)),
+        asm::store(Size::DW, R2, head + 16, R1),
+    ]);
+    match names {
+        Some(names) => {
+            // Names are read for the innermost frames only.
+            let (plain, joined) = (c.label(), c.label());
+            c.jump(asm::jgt_imm(R6, NAMED_FRAMES as i32 - 1, 0), plain);
+            frame_identity(c, l, field(l.frame_code), Some(names));
+            c.jump(asm::ja(0), joined);
+            c.bind(plain);
+            frame_identity(c, l, field(l.frame_code), None);
+            c.bind(joined);
+        }
+        None => frame_identity(c, l, field(l.frame_code), None),
+    }
+    if l.frame_marker != 0 {
+        // One byte (`is_entry`, `owner`): at any alignment.
+        c.push([
+            asm::load(Size::B, R2, FP, field(l.frame_marker)),
+            asm::add(R1, R2),
+        ]);
+    }
+    if l.model == FrameModel::EntryFlag {
+        // 3.11's `owner`, after `is_entry`: the marker word's second byte.
+        c.push([
+            asm::load(Size::B, R2, FP, field(l.frame_marker + 1)),
+            asm::lsh_imm(R2, 8),
+            asm::add(R1, R2),
+        ]);
+    }
+    entry(c, R2);
+    c.push([
+        asm::store(Size::DW, R2, head + 24, R1),
+        asm::add_imm(R6, 1),
+        asm::store(Size::DW, R9, 8, R6),
+        asm::load(Size::DW, R8, FP, field(l.frame_back)),
+    ]);
+    c.jump(asm::ja(0), top);
+    // Full: ended all the same if the last frame read was the oldest.
+    c.bind(full);
     c.jump(asm::jne_imm(R8, 0, 0), out);
     c.bind(ended);
     c.push([asm::store_imm(Size::W, R9, ENDED_AT, 1)]);
