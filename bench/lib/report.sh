@@ -62,7 +62,7 @@ RESULT=$ROOT/bench/RESULTS.md
         echo
         echo "## Interpreters and JITs"
         echo
-        echo "Known-profile programs (fa, fb, fc: 50/30/20 of the time) under each runtime, from \`bench/rows/36-python.sh\` and \`37-jit.sh\`; figures of the last run's recording, wall and CPU medians over the runs. A goal's verdict is in brackets."
+        echo "Known-profile programs (fa, fb, fc: 50/30/20 of the time) under each runtime, from \`bench/rows/36-python.sh\` and \`37-jit.sh\`, and a pre-fork server, gunicorn serving two views of 75/25 the cost (\`38-gunicorn.sh\`); figures of the last run's recording, wall and CPU medians over the runs. A goal's verdict is in brackets."
         echo
         cat "$OUT/runtimes.md"
         if [ -s "$OUT/runtimes-notes.md" ]; then

@@ -23,6 +23,14 @@ usage:
         name first; what samply did not name stays an address)
   runtimes.py top FOLDED N → the N functions most often innermost among the Python frames of
         any file, as `NAME (FILE-BASENAME)<TAB>percent of those samples`
+  runtimes.py workers FOLDED MASTER-PID PROGRAM ENTRY A B...
+      → for a pre-fork server's workers, every process of the recording but MASTER-PID (the
+        process read from flamerec's `fold --per-process` root `comm-PID` or py-spy's
+        `process PID:"…"` frames, a child's after its parent's): their number, their samples,
+        the master's samples, % of the workers' samples showing a Python frame (of a .py file,
+        or a `<module>`), % showing a frame of PROGRAM, % of those showing a frame named ENTRY
+        (any file's: a forked worker's stack starts in the server's script), and the shares of
+        A, B… as in `shares` (tab-separated)
 """
 import re
 import sys
@@ -66,20 +74,68 @@ def shares(path, program, entry, funcs):
             whole += n
         if at_entry(frames):
             rooted += n
-        inner = mine[-1][0]
-        if inner in funcs:
-            by[inner] += n
-        else:
-            # A leaf helper (spin, <genexpr>): the innermost of the three above it.
-            for name, _ in reversed(mine):
-                if name in funcs:
-                    by[name] += n
-                    break
+        which = attributed(mine, funcs)
+        if which:
+            by[which] += n
     three = sum(by.values())
     pct = lambda a, b: "%.1f" % (100 * a / b) if b else "nan"
     return [str(total), pct(named, total), pct(whole, named), pct(rooted, named)] + [
         pct(by[f], three) for f in funcs
     ]
+
+
+def attributed(mine, funcs):
+    """The one of `funcs` a sample counts for: its innermost program frame, or for a leaf
+    helper (spin, unit, <genexpr>) the innermost of `funcs` above it; None when neither."""
+    for name, _ in reversed(mine):
+        if name in funcs:
+            return name
+    return None
+
+
+PYSPY_PROCESS = re.compile(r'^process (\d+):"')
+PER_PROCESS_ROOT = re.compile(r"^.*-(\d+)$")
+
+
+def process_of(frames):
+    """(pid, the frames below the process's) of a stack: py-spy --subprocesses puts a
+    `process PID:"cmdline"` frame for the recorded process and one for each process between
+    it and the sampled one; flamerec's `fold --per-process`, `comm-PID` as the root."""
+    k = 0
+    while k < len(frames) and PYSPY_PROCESS.match(frames[k]):
+        k += 1
+    if k:
+        return PYSPY_PROCESS.match(frames[k - 1]).group(1), frames[k:]
+    m = PER_PROCESS_ROOT.match(frames[0])
+    return (m.group(1) if m else None), frames[1:]
+
+
+def workers(path, master, program, entry, funcs):
+    pids = set()
+    total = master_n = python = named = whole = 0
+    by = Counter()
+    for frames, n in stacks(path):
+        pid, below = process_of(frames)
+        if pid == master:
+            master_n += n
+            continue
+        pids.add(pid)
+        total += n
+        if any(PY_CHAIN.match(f) or f.startswith("<module> (") for f in below):
+            python += n
+        mine = [p for p in (program_frame(f, program) for f in below) if p]
+        if not mine:
+            continue
+        named += n
+        if any(f.startswith(entry + " (") for f in below):
+            whole += n
+        which = attributed(mine, funcs)
+        if which:
+            by[which] += n
+    views = sum(by.values())
+    pct = lambda a, b: "%.1f" % (100 * a / b) if b else "nan"
+    return [str(len(pids)), str(total), str(master_n), pct(python, total), pct(named, total),
+            pct(whole, named)] + [pct(by[f], views) for f in funcs]
 
 
 ENTRIES = {"_start", "start", "clone", "clone3", "start_thread", "__clone3", "__clone", "thread_start"}
@@ -164,6 +220,8 @@ def main(argv):
         samply(args[0])
     elif what == "agree":
         print("\t".join(agree(args[0], args[1])))
+    elif what == "workers":
+        print("\t".join(workers(args[0], args[1], args[2], args[3], args[4:])))
     elif what == "top":
         print("\n".join(top(args[0], args[1])))
     else:
