@@ -94,6 +94,14 @@ fn windows_in(log: &str) -> usize {
         .count()
 }
 
+/// Windows an agent's log says it cut with samples of a process to send
+/// (a window of idle CPUs only makes no request).
+fn windows_to_send_in(log: &str) -> usize {
+    log.lines()
+        .filter(|l| l.starts_with("flamerec: window ") && !l.contains(" processes, 0 bytes"))
+        .count()
+}
+
 /// A running agent; SIGTERM'd (and waited for) when stopped or dropped.
 pub(crate) struct Agent {
     child: Child,
@@ -381,12 +389,14 @@ fn agent_delivers_named_whole_windows_to_the_collectors_receiver() {
 }
 
 /// OTLP over gRPC to the receiver's gRPC server (grpc-go over HTTP/2):
-/// every window cut arrives, the two UNAVAILABLE answers (with RetryInfo)
-/// are retried, and the program's process comes with its attributes and
-/// named stacks. The margin: cpu-mix runs ≈ 4 s of CPU, ≥ 200 samples at
-/// 199 Hz on a loaded 2-core machine; the bound is 50.
+/// every window cut arrives, the two RESOURCE_EXHAUSTED answers are
+/// retried after the 3 s their RetryInfo asks (without it they would not
+/// be retried; the backoff alone waits 0.5 s, then 1 s: the first window
+/// arrives ≥ 6 s after its end, asserted), and the program's process comes
+/// with its attributes and named stacks. The margin: cpu-mix runs ≈ 4 s of
+/// CPU, ≥ 200 samples at 199 Hz on a loaded 2-core machine; the bound is 50.
 #[test]
-fn agent_sends_otlp_over_grpc_and_retries_unavailable() {
+fn agent_sends_otlp_over_grpc_and_retries_when_asked() {
     let Some(rx) = receiver() else { return };
     let Some(_w) = workload() else { return };
     let dir = tmp();
@@ -401,11 +411,11 @@ fn agent_sends_otlp_over_grpc_and_retries_unavailable() {
             "-grpc",
             &grpc_addr,
             "-status",
-            "503",
+            "429",
             "-status-times",
             "2",
             "-retry-after",
-            "1",
+            "3",
         ],
     );
     let spool = dir.path().join("spool");
@@ -432,14 +442,30 @@ fn agent_sends_otlp_over_grpc_and_retries_unavailable() {
     wait_child(&mut mix, "cpu-mix");
     let seen = agent.windows();
     wait_for("a window after cpu-mix ended", || agent.windows() > seen);
+    // The first window's retries done (a stop would try what waits at
+    // once), the later ones go at the first try.
+    wait_for("the first window sent after its retries", || {
+        agent.said().lines().any(|l| {
+            let sent = l.split("otlp: ").nth(1).and_then(|t| t.split(' ').next());
+            sent.and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n > 0)
+        })
+    });
     let (said, _) = agent.stop();
-    let cut = windows_in(&said);
+    let cut = windows_to_send_in(&said);
     let (procs, windows) = received(&out);
     assert_eq!(windows.len(), cut, "windows received of {cut} cut: {said}");
     assert!(
         said.contains(&format!("{cut} windows sent")) && said.contains("2 failed tries"),
         "{said}"
     );
+    let latest: f64 = said
+        .split("at most ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no delay said: {said}"));
+    assert!(latest >= 5.9, "the retries waited less than asked: {said}");
     let m = procs
         .get(&i64::from(mix.id()))
         .unwrap_or_else(|| panic!("no cpu-mix in the requests: {said}"));

@@ -355,7 +355,7 @@ impl Sending {
             self.retry.timeout,
         ) {
             Ok(grpc::Status::Ok) => Outcome::Sent,
-            Ok(grpc::Status::Retryable(why)) => Outcome::Later(None, why),
+            Ok(grpc::Status::Retryable(why, delay)) => Outcome::Later(delay, why),
             Ok(grpc::Status::Refused(why)) => Outcome::Refused(why),
             Err(e) => Outcome::Later(None, e.to_string()),
         }
