@@ -134,9 +134,28 @@ pub(crate) fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
                 .any(|f| f == "_PyEval_EvalFrameDefault"),
             "{what}: the eval loop shown beside its Python frames: {line}"
         );
+        // Nor the calls into it right above the outermost Python frame
+        // (out of line, or inlined into their C caller).
+        if whole {
+            let outside = &frames[first.unwrap() - 1];
+            assert!(
+                !GLUE.contains(&outside.as_str()),
+                "{what}: {outside} above the outermost Python frame: {line}"
+            );
+        }
     }
     s
 }
+
+/// The interpreter's calls into its eval loop: left out right above a
+/// stack's outermost Python frame (kept with `--python-interpreter`).
+const GLUE: [&str; 5] = [
+    "_PyEval_Vector",
+    "_PyEval_EvalFrame",
+    "_PyFunction_Vectorcall",
+    "_PyEval_EvalCodeWithName",
+    "function_code_fastcall",
+];
 
 /// known.py on every CPython here. Named: ≥ 50% of samples. Measured
 /// 94.7–99.5% on an idle machine and beside two busy loops (the rest:
@@ -172,8 +191,8 @@ fn python_frames_stand_where_the_eval_loop_ran_them() {
 }
 
 /// `--python-interpreter` keeps the interpreter's own frames: each
-/// eval-loop call under the Python frames it ran, the Python frames still
-/// whole and in order. Without the flag none is shown (asserted by
+/// eval-loop call under the Python frames it ran, and the calls into it
+/// above the outermost, the Python frames still whole and in order. Without the flag none is shown (asserted by
 /// [`shown`] in every other recording); with it, every whole stack of a
 /// work function holds one (bound: half of them, for start-up stacks).
 #[test]
@@ -193,7 +212,7 @@ fn the_interpreters_frames_are_kept_with_a_flag() {
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     let above = above_work();
-    let (mut whole, mut with_eval) = (0, 0);
+    let (mut whole, mut with_eval, mut with_glue) = (0, 0, 0);
     for (frames, n) in fold(&out, &[]) {
         let Some(leaf) = frames.iter().position(|f| is_py(f, "py_alpha")) else {
             continue;
@@ -213,10 +232,13 @@ fn the_interpreters_frames_are_kept_with_a_flag() {
         {
             with_eval += n;
         }
+        if frames[..first].iter().any(|f| GLUE.contains(&f.as_str())) {
+            with_glue += n;
+        }
     }
     assert!(
-        whole >= 100 && with_eval * 2 >= whole,
-        "{with_eval} of {whole} with the eval loop: {err}"
+        whole >= 100 && with_eval * 2 >= whole && with_glue * 2 >= whole,
+        "{with_eval} of {whole} with the eval loop, {with_glue} with its callers: {err}"
     );
 }
 

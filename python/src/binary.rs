@@ -8,11 +8,13 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use goblin::container::Ctx;
 
 use crate::cold;
 use goblin::elf::section_header::{SHT_NOBITS, SHT_PROGBITS};
+use goblin::elf::sym::STT_FUNC;
 use goblin::elf::{program_header::PT_LOAD, Elf, SectionHeader};
 
 /// The largest binary read: its size is allocated (only its tables are
@@ -31,6 +33,16 @@ pub struct PythonBinary {
     pub code_type: Option<u64>,
     /// The eval loop's address ranges.
     pub eval: Vec<(u64, u64)>,
+    /// Where the binary's functions start, as file offsets, sorted: the
+    /// interpreter's frame right outside a stack's outermost Python frame
+    /// is shown as its function alone, without the call into the eval loop
+    /// inlined into it (`_PyEval_Vector`, `_PyEval_EvalFrame`).
+    pub function_starts: Arc<[u64]>,
+    /// The file-offset ranges of the functions through which C calls into
+    /// the eval loop where they are not inlined (`_PyEval_Vector`,
+    /// `_PyFunction_Vectorcall`): left out right outside the outermost
+    /// Python frame.
+    pub glue: Vec<(u64, u64)>,
     /// Where `Py_GetVersion` keeps the text it makes (`"3.10.13 (main, …"`,
     /// a static of its own, filled as the runtime starts): the micro version
     /// of a 3.8–3.10, whose binary holds no `Py_Version`. `None` where the
@@ -124,6 +136,8 @@ impl PythonBinary {
         let mut code_type = None;
         let mut version_text = None;
         let mut eval = Vec::new();
+        let mut starts = Vec::new();
+        let mut glue = Vec::new();
         let syms = elf
             .dynsyms
             .iter()
@@ -133,6 +147,18 @@ impl PythonBinary {
             let Some(sym_name) = sym_name else { continue };
             if sym.st_value == 0 {
                 continue;
+            }
+            if sym.st_type() == STT_FUNC && sym.st_size > 0 {
+                starts.push(sym.st_value);
+                if matches!(
+                    sym_name,
+                    "_PyEval_Vector"
+                        | "_PyFunction_Vectorcall"
+                        | "_PyEval_EvalCodeWithName"
+                        | "function_code_fastcall"
+                ) {
+                    glue.push((sym.st_value, sym.st_value.saturating_add(sym.st_size)));
+                }
             }
             match sym_name {
                 "_PyRuntime" => runtime = Some((sym.st_value, sym.st_size)),
@@ -177,12 +203,24 @@ impl PythonBinary {
             eval.extend(cold_part_of(&elf, hot, &segments, &read));
         }
         eval.sort_unstable();
+        let offset = |v: u64| file_offset(&segments, v);
+        let mut function_starts: Vec<u64> = starts.into_iter().filter_map(offset).collect();
+        function_starts.sort_unstable();
+        function_starts.dedup();
+        let mut glue: Vec<(u64, u64)> = glue
+            .into_iter()
+            .filter_map(|(a, b)| Some((offset(a)?, offset(a)? + (b - a))))
+            .collect();
+        glue.sort_unstable();
+        glue.dedup();
         Ok(PythonBinary {
             runtime,
             version,
             code_type,
             version_text: version_text.filter(|_| py_version.is_none()),
             eval,
+            function_starts: function_starts.into(),
+            glue,
             segments,
         })
     }

@@ -34,6 +34,7 @@ pub mod memory;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use binary::{BinaryError, PythonBinary};
 pub use code::CodeInfo;
@@ -67,6 +68,12 @@ pub struct Interpreter {
     pub code_type: Option<u64>,
     /// The eval loop's address ranges, in the process.
     pub eval: Vec<(u64, u64)>,
+    /// Where the binary's functions start, as file offsets
+    /// ([`PythonBinary::function_starts`]).
+    pub function_starts: Arc<[u64]>,
+    /// The calls into the eval loop not inlined, as file-offset ranges
+    /// ([`PythonBinary::glue`]).
+    pub glue: Vec<(u64, u64)>,
     /// 3.8–3.10: where the runtime keeps its version text, until the micro
     /// version is read from it ([`Interpreter::learn_micro`]).
     pub version_text: Option<u64>,
@@ -262,6 +269,8 @@ impl Interpreter {
             binary: path.to_path_buf(),
             runtime,
             code_type: binary.code_type.map(|a| a.wrapping_add(bias)),
+            function_starts: Arc::clone(&binary.function_starts),
+            glue: binary.glue.clone(),
             version_text: binary.version_text.map(|a| a.wrapping_add(bias)),
             eval: binary
                 .eval

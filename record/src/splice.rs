@@ -54,9 +54,36 @@ pub(crate) struct Placed<K> {
     pub(crate) outermost: Option<K>,
 }
 
+/// The interpreter's code right outside a stack's outermost run: the
+/// functions through which C calls into the eval loop (`glue`, file-offset
+/// ranges in the interpreter's module) and where its functions start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Outside<'a> {
+    pub(crate) glue: &'a [(u64, u64)],
+    pub(crate) function_starts: &'a [u64],
+}
+
+impl Outside<'_> {
+    /// Whether `address` is in a function that only calls the eval loop.
+    fn is_glue(&self, address: u64) -> bool {
+        self.glue.iter().any(|&(a, b)| (a..b).contains(&address))
+    }
+
+    /// Where the function holding `address` starts.
+    fn function_of(&self, address: u64) -> Option<u64> {
+        let after = self.function_starts.partition_point(|&s| s <= address);
+        after.checked_sub(1).map(|i| self.function_starts[i])
+    }
+}
+
 /// The sample's frames with `runs` in place of the eval-loop calls at
 /// `evals` (positions in `user`, innermost first, one per run). `binary`
-/// is the interpreter's module; `interpreter` keeps its frames;
+/// is the interpreter's module; `interpreter` keeps its frames: between
+/// two runs, and, with `outside` (where every eval-loop call paired),
+/// right outside the outermost run, where the glue functions are left out
+/// and the first other frame of the interpreter is shown as its function
+/// alone (at its start: what the call into the eval loop inlined into it,
+/// `_PyEval_Vector`, `_PyEval_EvalFrame`, is not named);
 /// `trampoline(outermost, frame)` says whether `frame`, right after a run,
 /// is a trampoline naming that run's outermost code (`Some(true)`: left
 /// out), another trampoline (`Some(false)`: kept), or none (`None`).
@@ -65,6 +92,7 @@ pub(crate) fn merge<K: Copy>(
     evals: &[usize],
     runs: &[Placed<K>],
     binary: Option<ModuleId>,
+    outside: Option<Outside<'_>>,
     interpreter: bool,
     mut trampoline: impl FnMut(K, &Frame) -> Option<bool>,
 ) -> Vec<Frame> {
@@ -72,6 +100,8 @@ pub(crate) fn merge<K: Copy>(
     let mut out = Vec::with_capacity(user.len() + placed);
     let mut next = 0;
     let mut outermost: Option<K> = None;
+    // Right outside the outermost run, until the first frame kept.
+    let mut beyond: Option<Outside<'_>> = None;
     for (i, f) in user.iter().enumerate() {
         if let (Some(&at), Some(run)) = (evals.get(next), runs.get(next)) {
             if at == i {
@@ -81,15 +111,26 @@ pub(crate) fn merge<K: Copy>(
                 out.extend_from_slice(&run.frames);
                 outermost = run.outermost;
                 next += 1;
+                beyond = outside.filter(|_| next == evals.len() && !interpreter);
                 continue;
             }
         }
         let between_runs = next > 0 && next < evals.len() && Some(f.module) == binary;
         match outermost.take().and_then(|k| trampoline(k, f)) {
             Some(true) => {}
-            Some(false) => out.push(*f),
+            Some(false) => {
+                out.push(*f);
+                beyond = None;
+            }
             None if between_runs && !interpreter => {}
-            None => out.push(*f),
+            None => match beyond.take() {
+                Some(o) if Some(f.module) == binary && o.is_glue(f.address) => beyond = Some(o),
+                Some(o) if Some(f.module) == binary => out.push(Frame {
+                    address: o.function_of(f.address).unwrap_or(f.address),
+                    ..*f
+                }),
+                _ => out.push(*f),
+            },
         }
     }
     out
@@ -169,11 +210,61 @@ mod tests {
     }
 
     #[test]
+    fn the_calls_into_the_eval_loop_go_from_above_the_outermost_run() {
+        // leaf: E0 p1 p2 p3 c4; p1 is glue (`_PyEval_Vector` out of line),
+        // p2 its C caller (at offset 2, in the function starting at 1).
+        let (user, evals) = stack("Epppc");
+        let outside = Outside {
+            glue: &[(1, 2)],
+            function_starts: &[0, 1, 3],
+        };
+        let runs = [run(&[10])];
+        let got = merge(
+            &user,
+            &evals,
+            &runs,
+            Some(PY),
+            Some(outside),
+            false,
+            no_trampoline,
+        );
+        // p1 left out; p2 shown as its function alone (at its start: what
+        // was inlined into it is not named); p3 and c4 as they were.
+        assert_eq!(got, vec![f(CODE, 10), f(PY, 1), user[3], user[4]]);
+        // --python-interpreter, or no outside given (a walk that did not
+        // pair every call): as they were.
+        let kept = merge(
+            &user,
+            &evals,
+            &runs,
+            Some(PY),
+            Some(outside),
+            true,
+            no_trampoline,
+        );
+        assert_eq!(kept, [&user[..1], &[f(CODE, 10)], &user[1..]].concat());
+        let plain = merge(&user, &evals, &runs, Some(PY), None, false, no_trampoline);
+        assert_eq!(plain, [&[f(CODE, 10)], &user[1..]].concat());
+        // A frame of other code right outside (a C extension, libc) stays.
+        let (user, evals) = stack("Ecp");
+        let got = merge(
+            &user,
+            &evals,
+            &runs,
+            Some(PY),
+            Some(outside),
+            false,
+            no_trampoline,
+        );
+        assert_eq!(got, vec![f(CODE, 10), user[1], user[2]]);
+    }
+
+    #[test]
     fn runs_stand_where_their_calls_were() {
         // leaf: c0 E1 p2 p3 E4 p5 c6 (libc start)
         let (user, evals) = stack("cEppEpc");
         let runs = [run(&[10, 11]), run(&[20])];
-        let got = merge(&user, &evals, &runs, Some(PY), false, no_trampoline);
+        let got = merge(&user, &evals, &runs, Some(PY), None, false, no_trampoline);
         // The frames between the two runs (p2 p3) are left out; the ones
         // outside every pair (c0, p5, c6) stay.
         let want = vec![
@@ -186,7 +277,7 @@ mod tests {
         ];
         assert_eq!(got, want);
         // --python-interpreter keeps every native frame, each call under its run.
-        let kept = merge(&user, &evals, &runs, Some(PY), true, no_trampoline);
+        let kept = merge(&user, &evals, &runs, Some(PY), None, true, no_trampoline);
         let want = vec![
             user[0],
             user[1],
@@ -211,7 +302,15 @@ mod tests {
             frames: vec![f(CODE, 1), f(0, 99)],
             outermost: None,
         }];
-        let got = merge(&user, &evals[..1], &runs, Some(PY), false, no_trampoline);
+        let got = merge(
+            &user,
+            &evals[..1],
+            &runs,
+            Some(PY),
+            None,
+            false,
+            no_trampoline,
+        );
         // The cut run's marker (here f(0, 99)) stands above its frames;
         // the outer calls and what is between them stay native.
         let want = vec![
@@ -232,12 +331,12 @@ mod tests {
         let (user, evals) = stack("EtEtc");
         let runs = [run(&[10]), run(&[20])];
         // t1 names code 10 (alike); t3 names other code than 20.
-        let got = merge(&user, &evals, &runs, Some(PY), false, |code, fr| {
+        let got = merge(&user, &evals, &runs, Some(PY), None, false, |code, fr| {
             (fr.module == JIT).then_some(code == 10)
         });
         assert_eq!(got, vec![f(CODE, 10), f(CODE, 20), user[3], user[4]]);
         // Without names for trampolines, they stay.
-        let got = merge(&user, &evals, &runs, Some(PY), false, no_trampoline);
+        let got = merge(&user, &evals, &runs, Some(PY), None, false, no_trampoline);
         assert_eq!(
             got,
             vec![f(CODE, 10), user[1], f(CODE, 20), user[3], user[4]]

@@ -85,11 +85,21 @@ impl Python {
             .map(|run| self.placed(conv, pid, run))
             .collect();
         let (code_frames, stats) = (&self.code_frames, &mut self.stats);
+        // Right outside the outermost call, where every call paired.
+        let outside = self
+            .procs
+            .get(&pid)
+            .filter(|_| n == evals.len())
+            .map(|p| splice::Outside {
+                glue: &p.interp.glue,
+                function_starts: &p.interp.function_starts,
+            });
         *user = splice::merge(
             user,
             &evals[..n],
             &placed,
             binary,
+            outside,
             self.shown.interpreter,
             |(code, id), f| {
                 let cf = code_frames.get(&(pid, code, id))?;
