@@ -149,10 +149,11 @@ pub(crate) fn shown(what: &str, stacks: &[(Vec<String>, u64)]) -> Shown {
 
 /// The interpreter's calls into its eval loop: left out right above a
 /// stack's outermost Python frame (kept with `--python-interpreter`).
-const GLUE: [&str; 5] = [
+const GLUE: [&str; 6] = [
     "_PyEval_Vector",
     "_PyEval_EvalFrame",
     "_PyFunction_Vectorcall",
+    "_PyEval_EvalCode",
     "_PyEval_EvalCodeWithName",
     "function_code_fastcall",
 ];

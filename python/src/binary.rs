@@ -33,11 +33,12 @@ pub struct PythonBinary {
     pub code_type: Option<u64>,
     /// The eval loop's address ranges.
     pub eval: Vec<(u64, u64)>,
-    /// Where the binary's functions start, as file offsets, sorted: the
-    /// interpreter's frame right outside a stack's outermost Python frame
-    /// is shown as its function alone, without the call into the eval loop
-    /// inlined into it (`_PyEval_Vector`, `_PyEval_EvalFrame`).
-    pub function_starts: Arc<[u64]>,
+    /// The file-offset ranges of the binary's functions its symbol tables
+    /// size, sorted by start: the interpreter's frame right outside a
+    /// stack's outermost Python frame is shown as its function alone,
+    /// without the call into the eval loop inlined into it
+    /// (`_PyEval_Vector`, `_PyEval_EvalFrame`).
+    pub functions: Arc<[(u64, u64)]>,
     /// The file-offset ranges of the functions through which C calls into
     /// the eval loop where they are not inlined (`_PyEval_Vector`,
     /// `_PyFunction_Vectorcall`): left out right outside the outermost
@@ -149,11 +150,12 @@ impl PythonBinary {
                 continue;
             }
             if sym.st_type() == STT_FUNC && sym.st_size > 0 {
-                starts.push(sym.st_value);
+                starts.push((sym.st_value, sym.st_size));
                 if matches!(
                     sym_name,
                     "_PyEval_Vector"
                         | "_PyFunction_Vectorcall"
+                        | "_PyEval_EvalCode"
                         | "_PyEval_EvalCodeWithName"
                         | "function_code_fastcall"
                 ) {
@@ -204,9 +206,12 @@ impl PythonBinary {
         }
         eval.sort_unstable();
         let offset = |v: u64| file_offset(&segments, v);
-        let mut function_starts: Vec<u64> = starts.into_iter().filter_map(offset).collect();
-        function_starts.sort_unstable();
-        function_starts.dedup();
+        let mut functions: Vec<(u64, u64)> = starts
+            .into_iter()
+            .filter_map(|(a, size)| Some((offset(a)?, offset(a)?.saturating_add(size))))
+            .collect();
+        functions.sort_unstable();
+        functions.dedup();
         let mut glue: Vec<(u64, u64)> = glue
             .into_iter()
             .filter_map(|(a, b)| Some((offset(a)?, offset(a)? + (b - a))))
@@ -219,7 +224,7 @@ impl PythonBinary {
             code_type,
             version_text: version_text.filter(|_| py_version.is_none()),
             eval,
-            function_starts: function_starts.into(),
+            functions: functions.into(),
             glue,
             segments,
         })

@@ -68,9 +68,9 @@ pub struct Interpreter {
     pub code_type: Option<u64>,
     /// The eval loop's address ranges, in the process.
     pub eval: Vec<(u64, u64)>,
-    /// Where the binary's functions start, as file offsets
-    /// ([`PythonBinary::function_starts`]).
-    pub function_starts: Arc<[u64]>,
+    /// The binary's functions, as file-offset ranges
+    /// ([`PythonBinary::functions`]).
+    pub functions: Arc<[(u64, u64)]>,
     /// The calls into the eval loop not inlined, as file-offset ranges
     /// ([`PythonBinary::glue`]).
     pub glue: Vec<(u64, u64)>,
@@ -269,7 +269,7 @@ impl Interpreter {
             binary: path.to_path_buf(),
             runtime,
             code_type: binary.code_type.map(|a| a.wrapping_add(bias)),
-            function_starts: Arc::clone(&binary.function_starts),
+            functions: Arc::clone(&binary.functions),
             glue: binary.glue.clone(),
             version_text: binary.version_text.map(|a| a.wrapping_add(bias)),
             eval: binary

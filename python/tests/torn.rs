@@ -66,7 +66,7 @@ fn torn_memory_never_panics_the_readers() {
                 runtime: rng.word(),
                 code_type: (round % 2 == 0).then(|| rng.word()),
                 eval: Vec::new(),
-                function_starts: Vec::new().into(),
+                functions: Vec::new().into(),
                 glue: Vec::new(),
                 version_text: Some(rng.word()),
             };

@@ -55,12 +55,12 @@ pub(crate) struct Placed<K> {
 }
 
 /// The interpreter's code right outside a stack's outermost run: the
-/// functions through which C calls into the eval loop (`glue`, file-offset
-/// ranges in the interpreter's module) and where its functions start.
+/// functions through which C calls into the eval loop (`glue`) and its
+/// functions (sorted by start), as file-offset ranges in its module.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Outside<'a> {
     pub(crate) glue: &'a [(u64, u64)],
-    pub(crate) function_starts: &'a [u64],
+    pub(crate) functions: &'a [(u64, u64)],
 }
 
 impl Outside<'_> {
@@ -69,10 +69,17 @@ impl Outside<'_> {
         self.glue.iter().any(|&(a, b)| (a..b).contains(&address))
     }
 
-    /// Where the function holding `address` starts.
+    /// Where the function holding `address` starts; `None` where no
+    /// function the symbol tables size holds it (a stripped static one):
+    /// never another function's start.
     fn function_of(&self, address: u64) -> Option<u64> {
-        let after = self.function_starts.partition_point(|&s| s <= address);
-        after.checked_sub(1).map(|i| self.function_starts[i])
+        let after = self.functions.partition_point(|&(a, _)| a <= address);
+        self.functions[..after]
+            .iter()
+            .rev()
+            .take(4)
+            .find(|&&(a, b)| (a..b).contains(&address))
+            .map(|&(a, _)| a)
     }
 }
 
@@ -216,7 +223,7 @@ mod tests {
         let (user, evals) = stack("Epppc");
         let outside = Outside {
             glue: &[(1, 2)],
-            function_starts: &[0, 1, 3],
+            functions: &[(0, 1), (1, 3), (3, 4)],
         };
         let runs = [run(&[10])];
         let got = merge(
@@ -257,6 +264,23 @@ mod tests {
             no_trampoline,
         );
         assert_eq!(got, vec![f(CODE, 10), user[1], user[2]]);
+        // A frame in no sized function (a static one stripped of its
+        // symbol) stays where it was, not at an earlier function's start.
+        let (user, evals) = stack("Epppc");
+        let sparse = Outside {
+            glue: &[],
+            functions: &[(0, 1)],
+        };
+        let got = merge(
+            &user,
+            &evals,
+            &runs,
+            Some(PY),
+            Some(sparse),
+            false,
+            no_trampoline,
+        );
+        assert_eq!(got, [&[f(CODE, 10)], &user[1..]].concat());
     }
 
     #[test]

@@ -92,7 +92,7 @@ impl Python {
             .filter(|_| n == evals.len())
             .map(|p| splice::Outside {
                 glue: &p.interp.glue,
-                function_starts: &p.interp.function_starts,
+                functions: &p.interp.functions,
             });
         *user = splice::merge(
             user,
