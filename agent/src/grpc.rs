@@ -107,43 +107,47 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
 fn retry_delay(details: &str) -> Option<Duration> {
     let status = base64_decode(details)?;
     let mut delay = None;
-    for (field, any) in fields(&status)? {
-        let Field::Bytes(any) = any else { continue };
-        if field != 3 {
+    for any in field_bytes(&status, 3)? {
+        let type_urls = field_bytes(any, 1)?;
+        if !type_urls
+            .iter()
+            .any(|t| t.ends_with(b"/google.rpc.RetryInfo"))
+        {
             continue;
         }
-        let any = fields(any)?;
-        let is_retry_info = any.iter().any(|(f, v)| {
-            *f == 1 && matches!(v, Field::Bytes(t) if t.ends_with(b"/google.rpc.RetryInfo"))
-        });
-        if !is_retry_info {
-            continue;
-        }
-        for (f, info) in any {
-            let (2, Field::Bytes(info)) = (f, info) else {
-                continue;
-            };
-            for (f, d) in fields(info)? {
-                let (1, Field::Bytes(d)) = (f, d) else {
-                    continue;
-                };
-                let (mut secs, mut nanos) = (0u64, 0u64);
-                for (f, v) in fields(d)? {
-                    match (f, v) {
-                        (1, Field::Varint(v)) => secs = v,
-                        (2, Field::Varint(v)) => nanos = v,
-                        _ => {}
-                    }
-                }
-                // Negative values are ten-byte varints: far past the cap.
-                if secs > MAX_RETRY_DELAY.as_secs() || nanos >= 1_000_000_000 {
-                    return None;
-                }
-                delay = Some(Duration::new(secs, nanos as u32));
+        for info in field_bytes(any, 2)? {
+            for d in field_bytes(info, 1)? {
+                delay = Some(duration(d)?);
             }
         }
     }
     delay
+}
+
+/// A `google.protobuf.Duration` of at most [`MAX_RETRY_DELAY`]; `None`
+/// where malformed, negative (a ten-byte varint: far past the cap) or
+/// longer.
+fn duration(d: &[u8]) -> Option<Duration> {
+    let (mut secs, mut nanos) = (0u64, 0u64);
+    for (f, v) in fields(d)? {
+        match (f, v) {
+            (1, Field::Varint(v)) => secs = v,
+            (2, Field::Varint(v)) => nanos = v,
+            _ => {}
+        }
+    }
+    (secs <= MAX_RETRY_DELAY.as_secs() && nanos < 1_000_000_000)
+        .then(|| Duration::new(secs, nanos as u32))
+}
+
+/// The length-delimited values of field `number` of message `msg`, in
+/// order; `None` where the message is malformed.
+fn field_bytes(msg: &[u8], number: u64) -> Option<Vec<&[u8]>> {
+    let values = fields(msg)?.into_iter().filter_map(|(f, v)| match v {
+        Field::Bytes(b) if f == number => Some(b),
+        _ => None,
+    });
+    Some(values.collect())
 }
 
 /// A protobuf field's value, as far as the retry delay needs.

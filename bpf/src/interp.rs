@@ -274,7 +274,7 @@ impl<'a> Machine<'a> {
 
     /// Helper `id`, its arguments in r1–r5; r1–r5 are lost after it.
     fn call(&mut self, run: &mut Run, at: usize, id: i32) -> Result<u64, Fault> {
-        let [_, r1, r2, r3, r4, ..] = run.regs;
+        let [_, r1, r2, r3, ..] = run.regs;
         let out = match id {
             helper::GET_CURRENT_PID_TGID => self.pid_tgid,
             helper::KTIME_GET_NS => self.ktime,
@@ -318,7 +318,6 @@ impl<'a> Machine<'a> {
             helper::RINGBUF_OUTPUT => {
                 let m = self.map_at(at, r1)?;
                 let data = self.bytes(run, at, r2, r3 as usize)?.to_vec();
-                let _ = r4;
                 match self.maps[m].1.ring.as_mut() {
                     Some(ring) => {
                         ring.push(data);

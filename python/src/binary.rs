@@ -137,7 +137,8 @@ impl PythonBinary {
         let mut code_type = None;
         let mut version_text = None;
         let mut eval = Vec::new();
-        let mut starts = Vec::new();
+        // Sized functions, and the glue among them: (address, size).
+        let mut functions = Vec::new();
         let mut glue = Vec::new();
         let syms = elf
             .dynsyms
@@ -150,7 +151,7 @@ impl PythonBinary {
                 continue;
             }
             if sym.st_type() == STT_FUNC && sym.st_size > 0 {
-                starts.push((sym.st_value, sym.st_size));
+                functions.push((sym.st_value, sym.st_size));
                 if matches!(
                     sym_name,
                     "_PyEval_Vector"
@@ -159,7 +160,7 @@ impl PythonBinary {
                         | "_PyEval_EvalCodeWithName"
                         | "function_code_fastcall"
                 ) {
-                    glue.push((sym.st_value, sym.st_value.saturating_add(sym.st_size)));
+                    glue.push((sym.st_value, sym.st_size));
                 }
             }
             match sym_name {
@@ -205,19 +206,20 @@ impl PythonBinary {
             eval.extend(cold_part_of(&elf, hot, &segments, &read));
         }
         eval.sort_unstable();
-        let offset = |v: u64| file_offset(&segments, v);
-        let mut functions: Vec<(u64, u64)> = starts
-            .into_iter()
-            .filter_map(|(a, size)| Some((offset(a)?, offset(a)?.saturating_add(size))))
-            .collect();
-        functions.sort_unstable();
-        functions.dedup();
-        let mut glue: Vec<(u64, u64)> = glue
-            .into_iter()
-            .filter_map(|(a, b)| Some((offset(a)?, offset(a)? + (b - a))))
-            .collect();
-        glue.sort_unstable();
-        glue.dedup();
+        // As sorted file-offset ranges.
+        let ranges = |sized: Vec<(u64, u64)>| -> Vec<(u64, u64)> {
+            let mut out: Vec<(u64, u64)> = sized
+                .into_iter()
+                .filter_map(|(a, size)| {
+                    let at = file_offset(&segments, a)?;
+                    Some((at, at.saturating_add(size)))
+                })
+                .collect();
+            out.sort_unstable();
+            out.dedup();
+            out
+        };
+        let (functions, glue) = (ranges(functions), ranges(glue));
         Ok(PythonBinary {
             runtime,
             version,

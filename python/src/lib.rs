@@ -457,6 +457,10 @@ impl Interpreter {
     /// [`chain::is_incomplete`]) and (3.13+) runs a code object.
     fn complete(&self, mem: &dyn Memory, f: &Seen) -> io::Result<bool> {
         let l = &self.layout;
+        if matches!(l.model, FrameModel::Objects { .. }) {
+            // A frame object's code is a code object, complete.
+            return Ok(true);
+        }
         if let Some(code_type) = self.code_type {
             if f.code == 0 || mem.u64(f.code.wrapping_add(OB_TYPE))? != code_type {
                 return Ok(false);

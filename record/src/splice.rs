@@ -226,60 +226,38 @@ mod tests {
             functions: &[(0, 1), (1, 3), (3, 4)],
         };
         let runs = [run(&[10])];
-        let got = merge(
-            &user,
-            &evals,
-            &runs,
-            Some(PY),
-            Some(outside),
-            false,
-            no_trampoline,
-        );
+        let merged = |user: &[Frame], evals: &[usize], outside, interpreter| {
+            merge(
+                user,
+                evals,
+                &runs,
+                Some(PY),
+                outside,
+                interpreter,
+                no_trampoline,
+            )
+        };
         // p1 left out; p2 shown as its function alone (at its start: what
         // was inlined into it is not named); p3 and c4 as they were.
+        let got = merged(&user, &evals, Some(outside), false);
         assert_eq!(got, vec![f(CODE, 10), f(PY, 1), user[3], user[4]]);
         // --python-interpreter, or no outside given (a walk that did not
         // pair every call): as they were.
-        let kept = merge(
-            &user,
-            &evals,
-            &runs,
-            Some(PY),
-            Some(outside),
-            true,
-            no_trampoline,
-        );
+        let kept = merged(&user, &evals, Some(outside), true);
         assert_eq!(kept, [&user[..1], &[f(CODE, 10)], &user[1..]].concat());
-        let plain = merge(&user, &evals, &runs, Some(PY), None, false, no_trampoline);
+        let plain = merged(&user, &evals, None, false);
         assert_eq!(plain, [&[f(CODE, 10)], &user[1..]].concat());
         // A frame of other code right outside (a C extension, libc) stays.
-        let (user, evals) = stack("Ecp");
-        let got = merge(
-            &user,
-            &evals,
-            &runs,
-            Some(PY),
-            Some(outside),
-            false,
-            no_trampoline,
-        );
-        assert_eq!(got, vec![f(CODE, 10), user[1], user[2]]);
+        let (other, other_evals) = stack("Ecp");
+        let got = merged(&other, &other_evals, Some(outside), false);
+        assert_eq!(got, vec![f(CODE, 10), other[1], other[2]]);
         // A frame in no sized function (a static one stripped of its
         // symbol) stays where it was, not at an earlier function's start.
-        let (user, evals) = stack("Epppc");
         let sparse = Outside {
             glue: &[],
             functions: &[(0, 1)],
         };
-        let got = merge(
-            &user,
-            &evals,
-            &runs,
-            Some(PY),
-            Some(sparse),
-            false,
-            no_trampoline,
-        );
+        let got = merged(&user, &evals, Some(sparse), false);
         assert_eq!(got, [&[f(CODE, 10)], &user[1..]].concat());
     }
 
